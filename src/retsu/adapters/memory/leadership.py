@@ -1,0 +1,44 @@
+"""Collector leadership in memory: one lock shared by every collector of a test."""
+
+from __future__ import annotations
+
+from retsu.adapters.memory.repository import InMemoryRepository
+from retsu.domain.state import PriorityState
+
+
+class InMemoryLock:
+    def __init__(self) -> None:
+        self.holder: object | None = None
+
+
+class InMemoryLeaderSession:
+    def __init__(self, lock: InMemoryLock, repository: InMemoryRepository) -> None:
+        self._lock = lock
+        self._repository = repository
+        self.released = False
+        self.broken = False  # a test sets this to make the next read fail (a dead session)
+
+    async def read_state(self) -> list[PriorityState]:
+        if self.broken or self._lock.holder is not self:
+            raise ConnectionError("the leader's database session is gone")
+        return await self._repository.read_state()
+
+    async def release(self) -> None:
+        self.released = True
+        if self._lock.holder is self:
+            self._lock.holder = None
+
+
+class InMemoryLeadership:
+    def __init__(self, lock: InMemoryLock, repository: InMemoryRepository) -> None:
+        self._lock = lock
+        self._repository = repository
+        self.sessions: list[InMemoryLeaderSession] = []
+
+    async def try_acquire(self) -> InMemoryLeaderSession | None:
+        if self._lock.holder is not None:
+            return None
+        session = InMemoryLeaderSession(self._lock, self._repository)
+        self._lock.holder = session
+        self.sessions.append(session)
+        return session

@@ -1,0 +1,67 @@
+"""SQLAlchemy Core table definitions, mirroring the Alembic migrations.
+
+The migrations are the source of truth for DDL (CHECK constraints, partial
+indexes); these objects exist so queries are built with Core, not strings.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+metadata = sa.MetaData()
+
+
+class MessageState(enum.IntEnum):
+    """Physical state. An elapsed lease stays IN_FLIGHT and is *logically* ready."""
+
+    READY = 1
+    IN_FLIGHT = 2
+
+
+queue = sa.Table(
+    "queue",
+    metadata,
+    sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column("name", sa.Text(collation="C"), nullable=False, unique=True),
+    sa.Column("visibility_timeout_seconds", sa.Integer, nullable=False),
+    sa.Column("max_delivery_attempts", sa.Integer, nullable=False),
+    sa.Column("default_message_ttl_seconds", sa.Integer, nullable=False),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+queue_message = sa.Table(
+    "queue_message",
+    metadata,
+    sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column("queue_id", pg.UUID(as_uuid=True), sa.ForeignKey("queue.id"), nullable=False),
+    sa.Column("enqueue_order", sa.BigInteger, sa.Identity(always=True), nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("priority", sa.SmallInteger, nullable=False),
+    sa.Column("state", sa.SmallInteger, nullable=False),
+    sa.Column("enqueued_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("available_after", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("delivery_attempts", sa.Integer, nullable=False),
+    sa.Column("receipt_handle", pg.UUID(as_uuid=True)),
+    sa.Column("last_delivered_at", sa.DateTime(timezone=True)),
+)
+
+queue_dead_letter_message = sa.Table(
+    "queue_dead_letter_message",
+    metadata,
+    sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column("queue_id", pg.UUID(as_uuid=True), sa.ForeignKey("queue.id"), nullable=False),
+    sa.Column("enqueue_order", sa.BigInteger, nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("priority", sa.SmallInteger, nullable=False),
+    sa.Column("delivery_attempts", sa.Integer, nullable=False),
+    sa.Column("enqueued_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("last_delivered_at", sa.DateTime(timezone=True)),
+    sa.Column("dead_lettered_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+)

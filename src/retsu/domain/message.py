@@ -1,0 +1,147 @@
+"""Messages: priority, what a producer sends, what a consumer receives."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from retsu.domain.errors import InvalidInput
+from retsu.domain.queue import QueueSettings
+from retsu.domain.ranges import IntRange
+
+MESSAGE_TTL = IntRange("ttl_seconds", 1, 2_592_000, "invalid_ttl")
+MESSAGE_DELAY = IntRange("delay_seconds", 0, 86_400, "invalid_delay")
+
+# How many exhausted messages one dequeue moves to dead-letter storage before it
+# claims. Bounded so a dequeue never does unbounded work; the rest go next time.
+DEAD_LETTER_BATCH_SIZE = 100
+
+REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED = "MAX_DELIVERY_ATTEMPTS_EXHAUSTED"
+
+
+class Priority(enum.IntEnum):
+    """Stored as 1–3; a higher number is delivered first."""
+
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+
+    @classmethod
+    def parse(cls, text: str) -> Priority:
+        try:
+            return cls[text] if isinstance(text, str) else cls[""]
+        except KeyError:
+            raise InvalidInput(
+                "priority must be one of HIGH, MEDIUM, LOW.", code="invalid_priority"
+            ) from None
+
+
+def validate_payload(payload: str) -> str:
+    # PostgreSQL text cannot hold U+0000; refuse it up front instead of failing in storage.
+    if "\x00" in payload:
+        raise InvalidInput(
+            "payload must not contain the NUL character (U+0000).", code="invalid_payload"
+        )
+    return payload
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message as a producer sends it, validated except for rules that need the queue."""
+
+    payload: str
+    priority: Priority
+    ttl_seconds: int | None = None
+    delay_seconds: int | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        payload: str,
+        priority: str,
+        ttl_seconds: int | None = None,
+        delay_seconds: int | None = None,
+    ) -> NewMessage:
+        return cls(
+            payload=validate_payload(payload),
+            priority=Priority.parse(priority),
+            ttl_seconds=None if ttl_seconds is None else MESSAGE_TTL.check(ttl_seconds),
+            delay_seconds=None if delay_seconds is None else MESSAGE_DELAY.check(delay_seconds),
+        )
+
+    def lifetime_in(self, settings: QueueSettings) -> int:
+        """The lifetime in seconds: the message's own, else the queue's default."""
+        return (
+            self.ttl_seconds
+            if self.ttl_seconds is not None
+            else settings.default_message_ttl_seconds
+        )
+
+    def to_store(self, message_id: UUID, settings: QueueSettings) -> MessageToStore:
+        lifetime = self.lifetime_in(settings)
+        delay = self.delay_seconds or 0
+        if delay >= lifetime:
+            raise InvalidInput(
+                f"delay_seconds ({delay}) must be shorter than the message lifetime "
+                f"({lifetime} s).",
+                code="invalid_delay",
+            )
+        return MessageToStore(
+            id=message_id,
+            payload=self.payload,
+            priority=self.priority,
+            ttl_seconds=lifetime,
+            delay_seconds=delay,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MessageToStore:
+    """A fully resolved message; storage stamps times from its own clock."""
+
+    id: UUID
+    payload: str
+    priority: Priority
+    ttl_seconds: int
+    delay_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveredMessage:
+    """One delivery of a message to a consumer."""
+
+    id: UUID
+    payload: str
+    priority: Priority
+    receipt_handle: str
+    delivery_attempts: int
+    enqueued_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    id: UUID
+    queue_id: UUID
+    payload: str
+    priority: Priority
+    delivery_attempts: int
+    enqueued_at: datetime
+    last_delivered_at: datetime | None
+    dead_lettered_at: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DequeueResult:
+    messages: list[DeliveredMessage]
+    dead_lettered: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a consumer presents to acknowledge one delivery."""
+
+    message_id: UUID
+    receipt_handle: str

@@ -1,0 +1,65 @@
+"""The API role: serve the queue HTTP routes, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from retsu.adapters.system import StopAwareSleeper
+from retsu.entrypoints import serving
+from retsu.entrypoints.containers import ApiContainer
+from retsu.entrypoints.database import ensure_database_ready
+from retsu.entrypoints.settings import Settings
+from retsu.entrypoints.worker import Worker
+
+log = logging.getLogger("retsu.api")
+
+
+async def run_api(
+    settings: Settings,
+    container: ApiContainer | None = None,
+    *,
+    workers: Sequence[Worker] = (),
+    workers_sleeper: StopAwareSleeper | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT. ``workers`` run beside the server (`retsu dev`)."""
+    container = container or ApiContainer(settings=settings)
+    engine = container.storage.engine()
+    try:
+        await ensure_database_ready(
+            engine, timeout_seconds=settings.database.acquire_timeout_seconds
+        )
+        server = serving.Server(
+            serving.config(
+                container.app(),
+                host=settings.http.bind_address,
+                port=settings.http.port,
+                shutdown_timeout_seconds=settings.worker.shutdown_timeout_seconds,
+            )
+        )
+
+        def stop() -> None:
+            log.info("stopping: finishing in-flight requests")
+            if workers_sleeper is not None:
+                workers_sleeper.stop()
+            server.stop()
+
+        serving.on_stop_signal(stop)
+        background = [asyncio.create_task(worker.run()) for worker in workers]
+        log.info(
+            "API listening",
+            extra={"bind_address": settings.http.bind_address, "port": settings.http.port},
+        )
+        try:
+            await server.serve()
+        finally:
+            if workers_sleeper is not None:
+                workers_sleeper.stop()
+            results = await asyncio.gather(*background, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("background worker failed: %s", result, exc_info=result)
+        return 0 if server.started else 1
+    finally:
+        await engine.dispose()

@@ -1,0 +1,95 @@
+"""The worker roles: one named worker plus its management server.
+
+SIGTERM/SIGINT: the worker stops taking new work, finishes the batch in progress
+(within worker.shutdown_timeout_seconds), the management server stops, exit 0.
+A worker failure (for example a collector refresh error) exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Protocol
+
+from retsu.adapters.system import StopAwareSleeper
+from retsu.entrypoints import serving
+from retsu.entrypoints.containers import WorkerContainer
+from retsu.entrypoints.database import StartupError, ensure_database_ready
+from retsu.entrypoints.settings import Settings
+
+log = logging.getLogger("retsu.worker")
+
+
+class Worker(Protocol):
+    async def run(self) -> None: ...
+
+
+async def run_worker(
+    settings: Settings, module: str, name: str, container: WorkerContainer | None = None
+) -> int:
+    container = container or WorkerContainer(settings=settings)
+    engine = container.storage.engine()
+    try:
+        await ensure_database_ready(
+            engine, timeout_seconds=settings.database.acquire_timeout_seconds
+        )
+        worker: Worker = container.workers()[name]
+        sleeper = container.sleeper()
+        management = serving.Server(
+            serving.config(
+                container.management_app(),
+                host=settings.worker.management.bind_address,
+                port=settings.worker.management.port,
+                shutdown_timeout_seconds=settings.worker.shutdown_timeout_seconds,
+            )
+        )
+
+        def stop() -> None:
+            log.info("stopping %s: finishing the current batch", name)
+            sleeper.stop()
+
+        serving.on_stop_signal(stop)
+        server_task = asyncio.create_task(management.serve())
+        while not management.started:
+            if server_task.done():
+                raise StartupError(
+                    "cannot start the management server on "
+                    f"{settings.worker.management.bind_address}:{settings.worker.management.port}"
+                )
+            await asyncio.sleep(0.01)
+        log.info("worker %s/%s running", module, name)
+        worker_task = asyncio.create_task(worker.run())
+        code = await _wait_for_worker(
+            worker_task, sleeper, settings.worker.shutdown_timeout_seconds
+        )
+        management.stop()
+        with contextlib.suppress(Exception):
+            await server_task
+        return code
+    finally:
+        await engine.dispose()
+
+
+async def _wait_for_worker(
+    task: asyncio.Task[None], sleeper: StopAwareSleeper, shutdown_timeout_seconds: float
+) -> int:
+    stop_requested = asyncio.create_task(sleeper.wait_stopped())
+    try:
+        await asyncio.wait({task, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            # Asked to stop: give the batch in progress its time, then give up on it.
+            done, _ = await asyncio.wait({task}, timeout=shutdown_timeout_seconds)
+            if not done:
+                log.error(
+                    "worker did not finish within %s s; abandoning it", shutdown_timeout_seconds
+                )
+                task.cancel()
+                return 1
+        error = task.exception()
+        if error is not None:
+            log.error("worker failed: %s", error, exc_info=error)
+            return 1
+        return 0
+    finally:
+        stop_requested.cancel()
