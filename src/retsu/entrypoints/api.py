@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Sequence
 
 from retsu.adapters.system import StopAwareSleeper
@@ -22,6 +23,7 @@ async def run_api(
     *,
     workers: Sequence[Worker] = (),
     workers_sleeper: StopAwareSleeper | None = None,
+    sockets: Sequence[socket.socket] | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT. ``workers`` run beside the server (`retsu dev`)."""
     container = container or ApiContainer(settings=settings)
@@ -52,7 +54,7 @@ async def run_api(
             extra={"bind_address": settings.http.bind_address, "port": settings.http.port},
         )
         try:
-            await server.serve()
+            await server.serve(sockets=list(sockets) if sockets else None)
         finally:
             if workers_sleeper is not None:
                 workers_sleeper.stop()

@@ -99,12 +99,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.role != "dev" and settings.database.url is None:
         return _fail("configuration error: database.url is not set (RETSU_DATABASE__URL)", 2)
+    if args.role == "api" and settings.http.workers > 1:
+        return _run_api_processes(settings)
     try:
         return asyncio.run(_run_role(args, settings))
     except StartupError as error:
         return _fail(str(error), 1)
     except KeyboardInterrupt:
         return 0
+
+
+def _run_api_processes(settings: object) -> int:
+    import os
+    import shutil
+    import tempfile
+
+    # prometheus-client picks its multiprocess value store at import time, so the
+    # directory must be set before anything imports it (the containers do).
+    metrics_dir = tempfile.mkdtemp(prefix="retsu-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    from retsu.entrypoints.api_processes import run_api_processes
+    from retsu.entrypoints.settings import Settings
+
+    assert isinstance(settings, Settings)
+    try:
+        return run_api_processes(settings, settings.http.workers)
+    except StartupError as error:
+        return _fail(str(error), 1)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 async def _run_role(args: argparse.Namespace, settings: object) -> int:
