@@ -22,7 +22,10 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.ids import uuid7
-from retsu.domain.errors import QueueAlreadyExists, QueueNotFound
+from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord, Caller
+from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
+from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.message import (
     REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
     DeadLetter,
@@ -33,15 +36,52 @@ from retsu.domain.message import (
     Receipt,
 )
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
+from retsu.domain.state import PriorityState
 
 # Slack for adapters whose clock keeps running while a test runs (PostgreSQL's now()).
 CLOCK_SLACK = timedelta(seconds=5)
 
 
 class Repository(Protocol):
-    async def add_queue(self, queue: Queue) -> Queue: ...
+    async def add_queue(self, queue: Queue, audit: AuditEntry) -> Queue: ...
     async def get_queue(self, queue_id: UUID) -> Queue | None: ...
-    async def update_queue(self, queue_id: UUID, update: QueueSettingsUpdate) -> Queue | None: ...
+    async def update_queue(
+        self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
+    ) -> Queue | None: ...
+    async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None: ...
+    async def list_queues(
+        self, *, limit: int, after: QueuePosition | None, name: str | None
+    ) -> list[Queue]: ...
+    async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None: ...
+    async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool: ...
+    async def read_state(self, queue_id: UUID) -> list[PriorityState]: ...
+    async def enqueue_idempotent(
+        self, queue_id: UUID, message: MessageToStore, key: str, fingerprint: bytes
+    ) -> IdempotentEnqueued: ...
+    async def change_visibility(
+        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
+    ) -> bool: ...
+    async def list_dead_letters(
+        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
+    ) -> list[tuple[DeadLetter, DeadLetterPosition]]: ...
+    async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None: ...
+    async def redrive_dead_letter(
+        self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
+    ) -> bool: ...
+    async def redrive_dead_letters(
+        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
+    ) -> int: ...
+    async def delete_dead_letter(
+        self, queue_id: UUID, message_id: UUID, audit: AuditEntry
+    ) -> bool: ...
+    async def list_audit_records(
+        self,
+        *,
+        limit: int,
+        after: AuditPosition | None,
+        queue_id: UUID | None,
+        action: AuditAction | None,
+    ) -> list[AuditRecord]: ...
     async def enqueue(self, queue_id: UUID, messages: Sequence[MessageToStore]) -> None: ...
     async def dequeue(
         self,
@@ -87,6 +127,17 @@ def new_queue(name: str | None = None, *, paused: bool = False, **settings: int)
     )
 
 
+CALLER = Caller(actor="contract-operator", request_id="contract-request")
+
+
+def audit_of(queue_id: UUID, action: AuditAction = AuditAction.QUEUE_UPDATED) -> AuditEntry:
+    return AuditEntry.of_queue(action, queue_id, CALLER, note="contract")
+
+
+def created(queue: Queue) -> AuditEntry:
+    return audit_of(queue.id, AuditAction.QUEUE_CREATED)
+
+
 def message(
     payload: str = "x",
     priority: Priority = Priority.MEDIUM,
@@ -102,6 +153,10 @@ def message(
         ttl_seconds=ttl,
         delay_seconds=delay,
     )
+
+
+async def add(harness: RepositoryHarness, queue: Queue) -> Queue:
+    return await harness.repository.add_queue(queue, created(queue))
 
 
 class Scenario:
@@ -173,10 +228,10 @@ class RepositoryContract:
 
     @pytest.fixture
     async def q(self, harness: RepositoryHarness) -> Scenario:
-        return Scenario(harness, await harness.repository.add_queue(new_queue()))
+        return Scenario(harness, await add(harness, new_queue()))
 
     async def scenario(self, harness: RepositoryHarness, **settings: int) -> Scenario:
-        return Scenario(harness, await harness.repository.add_queue(new_queue(**settings)))
+        return Scenario(harness, await add(harness, new_queue(**settings)))
 
     # -- queues -----------------------------------------------------------------
 
@@ -184,7 +239,7 @@ class RepositoryContract:
         queue = new_queue(
             visibility_timeout_seconds=7, max_delivery_attempts=3, default_message_ttl_seconds=90
         )
-        stored = await harness.repository.add_queue(queue)
+        stored = await add(harness, queue)
         assert (stored.id, stored.name, stored.settings, stored.paused) == (
             queue.id,
             queue.name,
@@ -196,7 +251,7 @@ class RepositoryContract:
         assert await harness.repository.get_queue(queue.id) == stored
 
     async def test_a_paused_queue_reads_back_paused(self, harness: RepositoryHarness) -> None:
-        stored = await harness.repository.add_queue(new_queue(paused=True))
+        stored = await add(harness, new_queue(paused=True))
         assert stored.paused is True
         assert (await harness.repository.get_queue(stored.id)).paused is True  # type: ignore[union-attr]
 
@@ -204,9 +259,9 @@ class RepositoryContract:
         assert await harness.repository.get_queue(uuid7()) is None
 
     async def test_a_taken_name_is_queue_already_exists(self, harness: RepositoryHarness) -> None:
-        first = await harness.repository.add_queue(new_queue())
+        first = await add(harness, new_queue())
         with pytest.raises(QueueAlreadyExists) as raised:
-            await harness.repository.add_queue(new_queue(first.name, max_delivery_attempts=1))
+            await add(harness, new_queue(first.name, max_delivery_attempts=1))
         assert raised.value.code == "queue_already_exists"
         assert await harness.repository.get_queue(first.id) == first
 
@@ -214,18 +269,16 @@ class RepositoryContract:
         self, harness: RepositoryHarness
     ) -> None:
         base = unique_name()
-        a = await harness.repository.add_queue(new_queue(f"{base}.a"))
-        b = await harness.repository.add_queue(new_queue(f"{base}-a"))
+        a = await add(harness, new_queue(f"{base}.a"))
+        b = await add(harness, new_queue(f"{base}-a"))
         assert a.id != b.id
 
     async def test_an_update_changes_only_the_given_settings(
         self, harness: RepositoryHarness
     ) -> None:
-        queue = await harness.repository.add_queue(
-            new_queue(visibility_timeout_seconds=7, max_delivery_attempts=3)
-        )
+        queue = await add(harness, new_queue(visibility_timeout_seconds=7, max_delivery_attempts=3))
         updated = await harness.repository.update_queue(
-            queue.id, QueueSettingsUpdate(max_delivery_attempts=9)
+            queue.id, QueueSettingsUpdate(max_delivery_attempts=9), audit_of(queue.id)
         )
         assert updated is not None
         assert updated.settings == QueueSettings(7, 9, queue.settings.default_message_ttl_seconds)
@@ -237,6 +290,7 @@ class RepositoryContract:
         again = await harness.repository.update_queue(
             queue.id,
             QueueSettingsUpdate(visibility_timeout_seconds=21_600, default_message_ttl_seconds=1),
+            audit_of(queue.id),
         )
         assert again is not None
         assert again.settings == QueueSettings(21_600, 9, 1)
@@ -245,7 +299,7 @@ class RepositoryContract:
         self, harness: RepositoryHarness
     ) -> None:
         update = QueueSettingsUpdate(max_delivery_attempts=2)
-        assert await harness.repository.update_queue(uuid7(), update) is None
+        assert await harness.repository.update_queue(uuid7(), update, audit_of(uuid7())) is None
 
     # -- enqueue ----------------------------------------------------------------
 
@@ -615,12 +669,24 @@ class RepositoryContract:
         assert await mine.stored() == 1
         assert await mine.ack(delivered) == 1
 
-    async def test_acknowledging_in_a_missing_queue_removes_nothing(self, q: Scenario) -> None:
+    async def test_acknowledging_in_a_missing_queue_is_queue_not_found(self, q: Scenario) -> None:
+        # Another API process may still hold the deleted queue's name in its local
+        # cache; storage itself must then say the queue is gone (SPEC §3.1: 404).
         await q.send_payloads("job")
         (delivered,) = await q.take_messages()
         receipt = Receipt(delivered.id, delivered.receipt_handle)
-        assert await q.repository.acknowledge(uuid7(), [receipt]) == 0
+        with pytest.raises(QueueNotFound):
+            await q.repository.acknowledge(uuid7(), [receipt])
         assert await q.stored() == 1
+
+    async def test_changing_visibility_in_a_missing_queue_is_queue_not_found(
+        self, q: Scenario
+    ) -> None:
+        await q.send_payloads("job")
+        (delivered,) = await q.take_messages()
+        receipt = Receipt(delivered.id, delivered.receipt_handle)
+        with pytest.raises(QueueNotFound):
+            await q.repository.change_visibility(uuid7(), receipt, 0)
 
     async def test_a_batch_acknowledge_counts_each_current_delivery_once(self, q: Scenario) -> None:
         await q.send_payloads("a", "b", "c", "d")
@@ -633,3 +699,492 @@ class RepositoryContract:
 
     async def test_an_empty_acknowledge_removes_nothing(self, q: Scenario) -> None:
         assert await q.repository.acknowledge(q.id, []) == 0
+
+    # -- audit rows of queue changes ---------------------------------------------
+
+    async def audit_rows(
+        self, harness: RepositoryHarness, queue_id: UUID, action: AuditAction | None = None
+    ) -> list[AuditRecord]:
+        return await harness.repository.list_audit_records(
+            limit=100, after=None, queue_id=queue_id, action=action
+        )
+
+    async def test_adding_a_queue_writes_its_audit_row(self, harness: RepositoryHarness) -> None:
+        queue = await add(harness, new_queue())
+        (row,) = await self.audit_rows(harness, queue.id)
+        assert (row.action, row.target_type, row.target_id) == (
+            "queue.created",
+            "queue",
+            str(queue.id),
+        )
+        assert (row.actor, row.request_id, row.details) == (
+            "contract-operator",
+            "contract-request",
+            {"note": "contract"},
+        )
+        assert row.at.tzinfo is not None
+        assert row.id.version == 7
+
+    async def test_a_refused_change_writes_no_audit_row(self, harness: RepositoryHarness) -> None:
+        first = await add(harness, new_queue())
+        clash = new_queue(first.name)
+        with pytest.raises(QueueAlreadyExists):
+            await add(harness, clash)
+        missing = uuid7()
+        update = QueueSettingsUpdate(max_delivery_attempts=2)
+        assert await harness.repository.update_queue(missing, update, audit_of(missing)) is None
+        assert await harness.repository.set_paused(missing, True, audit_of(missing)) is None
+        assert await harness.repository.purge_queue(missing, audit_of(missing)) is None
+        assert await harness.repository.delete_queue(missing, audit_of(missing)) is False
+        assert await self.audit_rows(harness, clash.id) == []
+        assert await self.audit_rows(harness, missing) == []
+
+    async def test_an_update_writes_its_audit_row(self, harness: RepositoryHarness) -> None:
+        queue = await add(harness, new_queue())
+        await harness.repository.update_queue(
+            queue.id, QueueSettingsUpdate(max_delivery_attempts=2), audit_of(queue.id)
+        )
+        rows = await self.audit_rows(harness, queue.id)
+        assert [r.action for r in rows] == ["queue.updated", "queue.created"]  # newest first
+
+    # -- pause and resume --------------------------------------------------------
+
+    async def test_pause_and_resume_read_back_and_are_audited(
+        self, harness: RepositoryHarness
+    ) -> None:
+        queue = await add(harness, new_queue())
+        paused = await harness.repository.set_paused(
+            queue.id, True, audit_of(queue.id, AuditAction.QUEUE_PAUSED)
+        )
+        assert paused is not None and paused.paused is True
+        assert paused.settings == queue.settings and paused.name == queue.name
+        assert paused.updated_at >= queue.updated_at
+        assert await harness.repository.get_queue(queue.id) == paused
+        resumed = await harness.repository.set_paused(
+            queue.id, False, audit_of(queue.id, AuditAction.QUEUE_RESUMED)
+        )
+        assert resumed is not None and resumed.paused is False
+        assert await harness.repository.get_queue(queue.id) == resumed
+        rows = await self.audit_rows(harness, queue.id)
+        assert [r.action for r in rows] == ["queue.resumed", "queue.paused", "queue.created"]
+
+    # -- listing queues ----------------------------------------------------------
+
+    async def test_queues_are_listed_by_name_in_byte_order_a_page_at_a_time(
+        self, harness: RepositoryHarness
+    ) -> None:
+        base = unique_name("list")
+        # Byte order: '-' < '.' < '0' < '9' < '_' < 'a' < 'z'.
+        names = [f"{base}z", f"{base}_b", f"{base}.a", f"{base}0", f"{base}-a", f"{base}a9"]
+        for name in names:
+            await add(harness, new_queue(name))
+        expected = sorted(names, key=str.encode)
+        assert expected == [
+            f"{base}-a",
+            f"{base}.a",
+            f"{base}0",
+            f"{base}_b",
+            f"{base}a9",
+            f"{base}z",
+        ]
+        # Every name after `base` itself that starts with it is ours (the prefix is unique).
+        listed = await harness.repository.list_queues(limit=6, after=QueuePosition(base), name=None)
+        assert [q.name for q in listed] == expected
+        pages: list[str] = []
+        after = QueuePosition(base)
+        while len(pages) < 6:
+            page = await harness.repository.list_queues(limit=4, after=after, name=None)
+            pages += [q.name for q in page][: 6 - len(pages)]
+            after = QueuePosition(page[-1].name)
+        assert pages == expected
+
+    async def test_a_name_filter_finds_exactly_that_queue(self, harness: RepositoryHarness) -> None:
+        queue = await add(harness, new_queue())
+        await add(harness, new_queue(queue.name + "x"))
+        found = await harness.repository.list_queues(limit=50, after=None, name=queue.name)
+        assert found == [queue]
+        assert await harness.repository.list_queues(limit=50, after=None, name="no-such") == []
+        past = QueuePosition(queue.name)
+        assert await harness.repository.list_queues(limit=50, after=past, name=queue.name) == []
+
+    # -- purge and delete --------------------------------------------------------
+
+    async def make_dead_letters(self, q: Scenario, *payloads: str) -> list[DeadLetter]:
+        """Dead letters of ``payloads``, moved by one dequeue (so they share a timestamp)."""
+        await q.send_payloads(*payloads)
+        await q.take_messages(len(payloads), visibility=10, max_attempts=1)
+        await q.advance(11)
+        assert (await q.take(max_attempts=1)).dead_lettered == len(payloads)
+        return await q.dead_letters()
+
+    async def test_purge_removes_every_live_message_but_no_dead_letter(self, q: Scenario) -> None:
+        await self.make_dead_letters(q, "dead")
+        await q.send(message("ready"), message("delayed", delay=600), message("short", ttl=5))
+        await q.send_payloads("leased")
+        await q.take_messages(2)  # "ready" and "leased" go in flight
+        await q.advance(6)  # "short" has expired but is still stored
+        assert await q.stored() == 4
+
+        purged = await q.repository.purge_queue(q.id, audit_of(q.id, AuditAction.QUEUE_PURGED))
+
+        assert purged == 4
+        assert await q.stored() == 0
+        assert [d.payload for d in await q.dead_letters()] == ["dead"]
+        assert await q.take_messages(10) == []
+        (row, *_) = await q.repository.list_audit_records(
+            limit=1, after=None, queue_id=q.id, action=AuditAction.QUEUE_PURGED
+        )
+        assert row.details == {"note": "contract", "purged": 4}
+
+    async def test_purging_an_empty_queue_counts_zero(self, q: Scenario) -> None:
+        assert await q.repository.purge_queue(q.id, audit_of(q.id)) == 0
+
+    async def test_delete_removes_the_queue_and_everything_in_it(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness)
+        await self.make_dead_letters(q, "dead-1", "dead-2")
+        await q.send_payloads("a", "b", "c")
+        await q.repository.enqueue_idempotent(q.id, message("keyed"), "key-1", b"f" * 32)
+        assert await q.repository.read_state(q.id) != []
+
+        deleted = await harness.repository.delete_queue(
+            q.id, audit_of(q.id, AuditAction.QUEUE_DELETED)
+        )
+
+        assert deleted is True
+        assert await harness.repository.get_queue(q.id) is None
+        assert await q.stored() == 0
+        assert await q.dead_letters() == []
+        assert await harness.repository.read_state(q.id) == []
+        assert await harness.repository.delete_queue(q.id, audit_of(q.id)) is False
+        with pytest.raises(QueueNotFound):
+            await q.send_payloads("late")
+        with pytest.raises(QueueNotFound):
+            await q.repository.enqueue_idempotent(q.id, message("keyed"), "key-1", b"f" * 32)
+        (row, *_) = await self.audit_rows(harness, q.id, AuditAction.QUEUE_DELETED)
+        assert row.details == {
+            "note": "contract",
+            "name": q.queue.name,
+            "messages": 4,
+            "dead_letters": 2,
+        }
+        # The audit trail outlives the queue.
+        assert [r.action for r in await self.audit_rows(harness, q.id)] == [
+            "queue.deleted",
+            "queue.created",
+        ]
+
+    async def test_a_deleted_queues_name_is_free_again(self, harness: RepositoryHarness) -> None:
+        old = await add(harness, new_queue())
+        await harness.repository.delete_queue(old.id, audit_of(old.id))
+        new = await add(harness, new_queue(old.name))
+        assert new.id != old.id
+        assert await harness.repository.list_queues(limit=5, after=None, name=old.name) == [new]
+        fresh = Scenario(harness, new)
+        assert await fresh.take_payloads(10) == []
+        assert await fresh.dead_letters() == []
+        # Same key, same queue name, new queue: the old key is gone with the old queue.
+        result = await fresh.repository.enqueue_idempotent(new.id, message("m"), "k", b"x")
+        assert result.replayed is False
+
+    # -- state -------------------------------------------------------------------
+
+    async def test_read_state_counts_one_queue_per_priority(self, q: Scenario) -> None:
+        await self.make_dead_letters(q, "dead")
+        await q.send(
+            message("h1", Priority.HIGH),
+            message("h2", Priority.HIGH),
+            message("l1", Priority.LOW, delay=600),
+            message("m1", Priority.MEDIUM),
+        )
+        await q.take_messages(1)  # h1 in flight
+        states = {s.priority: s for s in await q.repository.read_state(q.id)}
+        assert set(states) == set(Priority)
+        high, medium, low = states[Priority.HIGH], states[Priority.MEDIUM], states[Priority.LOW]
+        assert (high.ready, high.in_flight, high.delayed) == (1, 1, 0)
+        assert (medium.ready, medium.in_flight, medium.dead_letters) == (1, 0, 1)
+        assert (low.ready, low.delayed) == (0, 1)
+        assert await q.repository.read_state(uuid7()) == []
+
+    # -- idempotent enqueue -------------------------------------------------------
+
+    async def test_an_idempotency_key_stores_one_message_and_replays_its_id(
+        self, q: Scenario
+    ) -> None:
+        first = message("once")
+        stored = await q.repository.enqueue_idempotent(q.id, first, "order-7", b"a" * 32)
+        assert stored == IdempotentEnqueued(first.id, replayed=False)
+        again = await q.repository.enqueue_idempotent(q.id, message("once"), "order-7", b"a" * 32)
+        assert again == IdempotentEnqueued(first.id, replayed=True)
+        assert await q.stored() == 1
+        assert await q.take_payloads(10) == ["once"]
+
+    async def test_a_key_is_replayed_after_its_message_was_consumed(self, q: Scenario) -> None:
+        first = message("once")
+        await q.repository.enqueue_idempotent(q.id, first, "k", b"a")
+        (delivered,) = await q.take_messages()
+        assert await q.ack(delivered) == 1
+        again = await q.repository.enqueue_idempotent(q.id, message("once"), "k", b"a")
+        assert again == IdempotentEnqueued(first.id, replayed=True)
+        assert await q.stored() == 0
+
+    async def test_a_key_with_another_message_is_a_conflict(self, q: Scenario) -> None:
+        await q.repository.enqueue_idempotent(q.id, message("one"), "k", b"a")
+        with pytest.raises(IdempotencyKeyConflict) as raised:
+            await q.repository.enqueue_idempotent(q.id, message("two"), "k", b"b")
+        assert raised.value.code == "idempotency_key_conflict"
+        assert await q.stored() == 1
+
+    async def test_keys_are_scoped_to_their_queue(self, harness: RepositoryHarness) -> None:
+        a = await self.scenario(harness)
+        b = await self.scenario(harness)
+        in_a = await a.repository.enqueue_idempotent(a.id, message("a"), "k", b"a")
+        in_b = await b.repository.enqueue_idempotent(b.id, message("b"), "k", b"b")
+        assert not in_a.replayed and not in_b.replayed
+        assert in_a.id != in_b.id
+
+    async def test_a_key_is_forgotten_after_24_hours(self, q: Scenario) -> None:
+        first = message("day-1")
+        await q.repository.enqueue_idempotent(q.id, first, "k", b"a")
+        await q.advance(23 * 3600)
+        replay = await q.repository.enqueue_idempotent(q.id, message("day-1"), "k", b"a")
+        assert replay == IdempotentEnqueued(first.id, replayed=True)
+        await q.advance(3600)
+        second = message("day-2")
+        fresh = await q.repository.enqueue_idempotent(q.id, second, "k", b"b")
+        assert fresh == IdempotentEnqueued(second.id, replayed=False)
+        again = await q.repository.enqueue_idempotent(q.id, message("day-2"), "k", b"b")
+        assert again == IdempotentEnqueued(second.id, replayed=True)
+
+    async def test_an_idempotent_enqueue_to_a_missing_queue_is_queue_not_found(
+        self, harness: RepositoryHarness
+    ) -> None:
+        with pytest.raises(QueueNotFound):
+            await harness.repository.enqueue_idempotent(uuid7(), message(), "k", b"a")
+
+    async def test_an_idempotent_message_keeps_its_delay_and_lifetime(self, q: Scenario) -> None:
+        await q.repository.enqueue_idempotent(q.id, message("d", delay=10, ttl=20), "k", b"a")
+        assert await q.take_payloads() == []
+        await q.advance(11)
+        assert await q.take_payloads(visibility=30) == ["d"]
+
+    # -- visibility -----------------------------------------------------------------
+
+    async def change(self, q: Scenario, delivered: DeliveredMessage, seconds: int) -> bool:
+        receipt = Receipt(delivered.id, delivered.receipt_handle)
+        return await q.repository.change_visibility(q.id, receipt, seconds)
+
+    async def test_extending_a_lease_hides_the_message_longer(self, q: Scenario) -> None:
+        await q.send_payloads("slow")
+        (delivered,) = await q.take_messages(visibility=10)
+        await q.advance(8)
+        assert await self.change(q, delivered, 60) is True
+        await q.advance(50)  # 58 s after the change's start: still leased
+        assert await q.take_messages() == []
+        assert await q.ack(delivered) == 1
+
+    async def test_shortening_a_lease_redelivers_sooner(self, q: Scenario) -> None:
+        await q.send_payloads("job")
+        (delivered,) = await q.take_messages(visibility=600)
+        assert await self.change(q, delivered, 5) is True
+        await q.advance(6)
+        (again,) = await q.take_messages()
+        assert again.id == delivered.id and again.delivery_attempts == 2
+
+    async def test_visibility_zero_releases_at_once_and_the_attempt_counts(
+        self, q: Scenario
+    ) -> None:
+        await q.send_payloads("job")
+        (delivered,) = await q.take_messages(visibility=600)
+        assert await self.change(q, delivered, 0) is True
+        await q.advance(0.001)
+        (again,) = await q.take_messages()
+        assert (again.id, again.delivery_attempts) == (delivered.id, 2)
+        assert await q.ack(delivered) == 0  # the released delivery is no longer current
+        assert await self.change(q, delivered, 30) is False
+
+    async def test_a_released_last_attempt_is_dead_lettered_by_the_next_dequeue(
+        self, q: Scenario
+    ) -> None:
+        await q.send_payloads("last")
+        (delivered,) = await q.take_messages(visibility=600, max_attempts=1)
+        assert await self.change(q, delivered, 0) is True
+        await q.advance(0.001)
+        assert (await q.take(max_attempts=1)).dead_lettered == 1
+
+    async def test_a_stale_elapsed_or_foreign_handle_changes_nothing(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness)
+        other = await self.scenario(harness)
+        await q.send_payloads("job")
+        (old,) = await q.take_messages(visibility=10)
+        assert await self.change(other, old, 30) is False  # another queue
+        await q.advance(11)
+        assert await self.change(q, old, 30) is False  # the lease has elapsed
+        (new,) = await q.take_messages(visibility=10)
+        assert await self.change(q, old, 30) is False  # a newer delivery exists
+        for handle in ("", "junk", str(uuid.uuid4())):
+            forged = dataclasses.replace(new, receipt_handle=handle)
+            assert await self.change(q, forged, 30) is False
+        (never,) = await q.send(message("never delivered"))
+        receipt = Receipt(never, str(uuid.uuid4()))
+        assert await q.repository.change_visibility(q.id, receipt, 30) is False
+        assert await self.change(q, new, 30) is True
+
+    # -- dead letters ---------------------------------------------------------------
+
+    async def test_dead_letters_list_newest_first_a_page_at_a_time(self, q: Scenario) -> None:
+        await self.make_dead_letters(q, "a", "b", "c")
+        await q.advance(1)
+        await self.make_dead_letters(q, "d", "e")
+        newest_first = ["e", "d", "c", "b", "a"]
+        assert [d.payload for d in await q.dead_letters()] == newest_first
+        listed = await q.repository.list_dead_letters(q.id, limit=10, after=None)
+        assert [d.payload for d, _ in listed] == newest_first
+        seen: list[str] = []
+        after = None
+        while True:
+            page = await q.repository.list_dead_letters(q.id, limit=2, after=after)
+            if not page:
+                break
+            seen += [d.payload for d, _ in page]
+            after = page[-1][1]
+        assert seen == newest_first
+        record, position = listed[0]
+        assert position.dead_lettered_at == record.dead_lettered_at
+
+    async def test_a_dead_letter_reads_back_whole(self, harness: RepositoryHarness) -> None:
+        q = await self.scenario(harness)
+        other = await self.scenario(harness)
+        (dead,) = await self.make_dead_letters(q, "poison")
+        assert await q.repository.get_dead_letter(q.id, dead.id) == dead
+        assert await q.repository.get_dead_letter(other.id, dead.id) is None
+        assert await q.repository.get_dead_letter(q.id, uuid7()) is None
+
+    async def test_redriving_one_makes_a_fresh_message_and_removes_the_record(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness, default_message_ttl_seconds=100)
+        await q.send(message("poison", Priority.HIGH, ttl=3600))
+        await q.take_messages(visibility=10, max_attempts=1)
+        await q.advance(11)
+        await q.take(max_attempts=1)
+        (dead,) = await q.dead_letters()
+        new_id = uuid7()
+        audit = AuditEntry.of_dead_letter(AuditAction.DEAD_LETTER_REDRIVEN, q.id, dead.id, CALLER)
+
+        assert await q.repository.redrive_dead_letter(q.id, dead.id, new_id, audit) is True
+
+        assert await q.dead_letters() == []
+        assert await q.repository.get_dead_letter(q.id, dead.id) is None
+        (fresh,) = await q.take_messages(visibility=10, max_attempts=1)
+        assert (fresh.id, fresh.payload, fresh.priority) == (new_id, "poison", Priority.HIGH)
+        assert fresh.delivery_attempts == 1  # attempts started again from 0
+        assert fresh.enqueued_at > dead.enqueued_at
+        assert await q.ack(fresh) == 1
+        # The record is gone: a second redrive finds nothing and writes no audit row.
+        assert await q.repository.redrive_dead_letter(q.id, dead.id, uuid7(), audit) is False
+        (row, *_) = await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_REDRIVEN)
+        assert (row.target_type, row.target_id) == ("dead_letter", str(dead.id))
+        assert len(await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_REDRIVEN)) == 1
+
+    async def test_a_redriven_message_lives_as_long_as_the_queue_default(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness, default_message_ttl_seconds=100)
+        (dead,) = await self.make_dead_letters(q, "poison")
+        audit = audit_of(q.id, AuditAction.DEAD_LETTER_REDRIVEN)
+        assert await q.repository.redrive_dead_letter(q.id, dead.id, uuid7(), audit)
+        await q.advance(99)
+        assert await q.stored() == 1
+        await q.advance(2)
+        assert await q.take_messages() == []  # expired: the default lifetime was 100 s
+
+    async def test_a_record_of_another_queue_is_not_redriven(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness)
+        other = await self.scenario(harness)
+        (dead,) = await self.make_dead_letters(q, "poison")
+        audit = audit_of(other.id, AuditAction.DEAD_LETTER_REDRIVEN)
+        assert (
+            await other.repository.redrive_dead_letter(other.id, dead.id, uuid7(), audit) is False
+        )
+        assert await other.stored() == 0
+        assert len(await q.dead_letters()) == 1
+        assert await self.audit_rows(harness, other.id, AuditAction.DEAD_LETTER_REDRIVEN) == []
+
+    async def test_bulk_redrive_takes_the_oldest_first_in_their_order(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness)
+        await self.make_dead_letters(q, "a", "b", "c")
+        await q.advance(1)
+        await self.make_dead_letters(q, "d", "e")
+        new_ids = [uuid7() for _ in range(4)]
+        audit = audit_of(q.id, AuditAction.DEAD_LETTER_REDRIVEN)
+
+        assert await q.repository.redrive_dead_letters(q.id, new_ids, audit) == 4
+
+        assert [d.payload for d in await q.dead_letters()] == ["e"]
+        delivered = await q.take_messages(10)
+        assert [(m.id, m.payload) for m in delivered] == list(
+            zip(new_ids, ["a", "b", "c", "d"], strict=True)
+        )
+        assert all(m.delivery_attempts == 1 for m in delivered)
+        assert await q.repository.redrive_dead_letters(q.id, [uuid7(), uuid7()], audit) == 1
+        assert await q.repository.redrive_dead_letters(q.id, [uuid7()], audit) == 0
+        rows = await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_REDRIVEN)
+        assert [r.details["redriven"] for r in rows] == [0, 1, 4]
+        assert all(r.target_type == "queue" for r in rows)
+
+    async def test_deleting_a_dead_letter(self, harness: RepositoryHarness) -> None:
+        q = await self.scenario(harness)
+        first, second = await self.make_dead_letters(q, "a", "b")
+        audit = AuditEntry.of_dead_letter(AuditAction.DEAD_LETTER_DELETED, q.id, first.id, CALLER)
+        assert await q.repository.delete_dead_letter(q.id, first.id, audit) is True
+        assert await q.dead_letters() == [second]
+        assert await q.repository.delete_dead_letter(q.id, first.id, audit) is False
+        rows = await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_DELETED)
+        assert [(r.target_type, r.target_id) for r in rows] == [("dead_letter", str(first.id))]
+
+    # -- the audit log ----------------------------------------------------------------
+
+    async def test_the_audit_log_lists_newest_first_filtered_and_paged(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness)
+        for paused in (True, False, True):
+            action = AuditAction.QUEUE_PAUSED if paused else AuditAction.QUEUE_RESUMED
+            await q.repository.set_paused(q.id, paused, audit_of(q.id, action))
+        everything = await self.audit_rows(harness, q.id)
+        assert [r.action for r in everything] == [
+            "queue.paused",
+            "queue.resumed",
+            "queue.paused",
+            "queue.created",
+        ]
+        assert [(r.at, r.id) for r in everything] == sorted(
+            ((r.at, r.id) for r in everything), reverse=True
+        )
+        pauses = await self.audit_rows(harness, q.id, AuditAction.QUEUE_PAUSED)
+        assert [r.id for r in pauses] == [everything[0].id, everything[2].id]
+        seen = []
+        after = None
+        while True:
+            page = await harness.repository.list_audit_records(
+                limit=3, after=after, queue_id=q.id, action=None
+            )
+            if not page:
+                break
+            seen += [r.id for r in page]
+            after = AuditPosition(page[-1].at, page[-1].id)
+        assert seen == [r.id for r in everything]
+        # Unfiltered, this queue's newest row is the whole log's newest (no other test of
+        # this adapter instance wrote since).
+        latest = await harness.repository.list_audit_records(
+            limit=1, after=None, queue_id=None, action=None
+        )
+        assert latest[0].at >= everything[0].at

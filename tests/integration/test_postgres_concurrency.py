@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.engine import create_engine
 from retsu.domain.message import DeliveredMessage, Priority
-from tests.contract.repository_contract import Scenario, message, new_queue
+from tests.contract.repository_contract import Scenario, add, message, new_queue
 from tests.integration.test_postgres_repository_contract import PostgresHarness
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture
 async def q(engine: AsyncEngine) -> Scenario:
     harness = PostgresHarness(engine)
-    return Scenario(harness, await harness.repository.add_queue(new_queue()))
+    return Scenario(harness, await add(harness, new_queue()))
 
 
 async def test_one_message_is_delivered_exactly_once_to_25_concurrent_dequeues(

@@ -8,6 +8,7 @@ session's database never see time jump.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from uuid import UUID
 
@@ -17,9 +18,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.repository import PostgresRepository
+from retsu.adapters.postgres.secrets import PostgresServerSecrets
+from retsu.domain.audit import AuditEntry
+from retsu.domain.errors import QueueNotFound
 from retsu.domain.message import DeadLetter, Priority
 from retsu.domain.queue import Queue
-from tests.contract.repository_contract import RepositoryContract
+from tests.contract.repository_contract import (
+    RepositoryContract,
+    add,
+    audit_of,
+    message,
+    new_queue,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +52,13 @@ _SHIFT_DEAD_LETTERS = sa.text(
     WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
     """
 )
+_SHIFT_IDEMPOTENCY_KEYS = sa.text(
+    """
+    UPDATE idempotency_key
+    SET created_at = created_at - make_interval(secs => :seconds)
+    WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
+    """
+)
 _DEAD_LETTERS = sa.text(
     """
     SELECT id, queue_id, payload, priority, delivery_attempts, enqueued_at,
@@ -61,8 +78,8 @@ class _RecordingRepository(PostgresRepository):
         super().__init__(engine)
         self.queue_ids: list[UUID] = []
 
-    async def add_queue(self, new: Queue) -> Queue:
-        stored = await super().add_queue(new)
+    async def add_queue(self, new: Queue, audit: AuditEntry) -> Queue:
+        stored = await super().add_queue(new, audit)
         self.queue_ids.append(stored.id)
         return stored
 
@@ -77,6 +94,7 @@ class PostgresHarness:
         async with self.engine.begin() as connection:
             await connection.execute(_SHIFT_MESSAGES, parameters)
             await connection.execute(_SHIFT_DEAD_LETTERS, parameters)
+            await connection.execute(_SHIFT_IDEMPOTENCY_KEYS, parameters)
 
     async def dead_letters(self, queue_id: UUID) -> list[DeadLetter]:
         async with self.engine.connect() as connection:
@@ -114,3 +132,95 @@ class TestPostgresRepository(RepositoryContract):
     @pytest.fixture
     def harness(self, engine: AsyncEngine) -> PostgresHarness:
         return PostgresHarness(engine)
+
+
+# -- PostgreSQL only: races, storage details the port cannot see ---------------------
+
+
+async def _rollup_rows(engine: AsyncEngine, queue_id: UUID) -> int:
+    async with engine.connect() as connection:
+        return int(
+            (
+                await connection.execute(
+                    sa.text("SELECT count(*) FROM queue_state_rollup WHERE queue_id = :q"),
+                    {"q": queue_id},
+                )
+            ).scalar_one()
+        )
+
+
+async def test_racing_idempotent_enqueues_store_exactly_one_message(engine: AsyncEngine) -> None:
+    harness = PostgresHarness(engine)
+    repository = harness.repository
+    queue = await add(harness, new_queue())
+    attempts = [message("raced") for _ in range(20)]
+    results = await asyncio.gather(
+        *(repository.enqueue_idempotent(queue.id, m, "race-key", b"same") for m in attempts)
+    )
+    winners = [r for r in results if not r.replayed]
+    assert len(winners) == 1
+    assert {r.id for r in results} == {winners[0].id}
+    assert await harness.stored(queue.id) == 1
+
+
+async def test_deleting_a_queue_removes_its_state_counters(engine: AsyncEngine) -> None:
+    harness = PostgresHarness(engine)
+    queue = await add(harness, new_queue())
+    await harness.repository.enqueue(queue.id, [message("a"), message("b", Priority.HIGH)])
+    assert await _rollup_rows(engine, queue.id) > 0
+    assert await harness.repository.delete_queue(queue.id, audit_of(queue.id))
+    assert await _rollup_rows(engine, queue.id) == 0
+
+
+async def test_a_queue_deleted_under_dequeues_and_enqueues_goes_cleanly(
+    engine: AsyncEngine,
+) -> None:
+    """Deletion yields to message traffic: no consumer or producer call fails with
+    anything but QueueNotFound, and no counter or row is left behind."""
+    harness = PostgresHarness(engine)
+    repository = harness.repository
+    queue = await add(harness, new_queue())
+    await repository.enqueue(queue.id, [message(str(i)) for i in range(200)])
+    await repository.dequeue(
+        queue.id,
+        limit=50,
+        visibility_timeout_seconds=1,
+        max_delivery_attempts=1,
+        dead_letter_batch_size=100,
+    )
+    await harness.advance(2)  # 50 exhausted leases: the next dequeues dead-letter them
+    stop = asyncio.Event()
+
+    async def traffic(kind: str) -> None:
+        while not stop.is_set():
+            try:
+                if kind == "dequeue":
+                    await repository.dequeue(
+                        queue.id,
+                        limit=5,
+                        visibility_timeout_seconds=30,
+                        max_delivery_attempts=1,
+                        dead_letter_batch_size=10,
+                    )
+                else:
+                    await repository.enqueue(queue.id, [message("more")])
+            except QueueNotFound:
+                return
+
+    workers = [asyncio.create_task(traffic(k)) for k in ("dequeue", "dequeue", "enqueue")]
+    await asyncio.sleep(0.05)
+    assert await repository.delete_queue(queue.id, audit_of(queue.id))
+    stop.set()
+    await asyncio.gather(*workers)  # any other error fails the test
+    assert await harness.stored(queue.id) == 0
+    assert await harness.dead_letters(queue.id) == []
+    assert await _rollup_rows(engine, queue.id) == 0
+
+
+async def test_the_cursor_key_is_the_one_migrate_stored(engine: AsyncEngine) -> None:
+    first = PostgresServerSecrets(engine)
+    second = PostgresServerSecrets(engine)
+    key = await first.cursor_signing_key()
+    assert len(key) == 32
+    assert await second.cursor_signing_key() == key
+    assert await first.cursor_signing_key() is key  # read once per process

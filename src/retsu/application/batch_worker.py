@@ -18,12 +18,31 @@ class BatchSchedule:
     interval_seconds: float
     saturated_batch_delay_seconds: float
 
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if self.interval_seconds < 0 or self.saturated_batch_delay_seconds < 0:
+            raise ValueError("delays cannot be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What one batch did: rows removed, and whether any of its bounded statements
+    came back full (more work is probably waiting, so the next batch follows at once)."""
+
+    removed: int
+    full: bool
+
+    @classmethod
+    def of(cls, removed: int, batch_size: int) -> BatchResult:
+        return cls(removed=removed, full=removed >= batch_size)
+
 
 class BatchWorker:
     def __init__(
         self,
         name: str,
-        run_batch: Callable[[int], Awaitable[int]],
+        run_batch: Callable[[int], Awaitable[BatchResult]],
         schedule: BatchSchedule,
         sleeper: Sleeper,
     ) -> None:
@@ -32,16 +51,21 @@ class BatchWorker:
         self._schedule = schedule
         self._sleeper = sleeper
         self.batches = 0
+        self.removed = 0
 
     async def run(self) -> None:
-        """Until asked to stop. A batch in progress always completes; a failure
-        propagates (the process exits non-zero and its supervisor restarts it)."""
+        """Until asked to stop. A batch in progress always completes (the stop request
+        is only looked at between batches), then the loop exits without resting. A
+        failure propagates: the process exits non-zero and its supervisor restarts it."""
         while not self._sleeper.stopping:
-            removed = await self._run_batch(self._schedule.batch_size)
+            result = await self._run_batch(self._schedule.batch_size)
             self.batches += 1
-            if removed:
-                log.info("%s removed %d rows", self.name, removed)
-            if removed >= self._schedule.batch_size:
+            self.removed += result.removed
+            if result.removed:
+                log.info("%s removed %d rows", self.name, result.removed)
+            if self._sleeper.stopping:
+                break
+            if result.full:
                 await self._sleeper.sleep(self._schedule.saturated_batch_delay_seconds)
             else:
                 await self._sleeper.sleep(self._schedule.interval_seconds)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from retsu.application.ports import Clock, IdGenerator, QueueDetails, QueueNames, QueueRepository
+from retsu.domain.audit import AuditAction, AuditEntry, Caller
 from retsu.domain.queue import Queue, QueueSettings, validate_queue_name
 
 
@@ -14,6 +15,7 @@ class CreateQueueCommand:
     visibility_timeout_seconds: int | None = None
     max_delivery_attempts: int | None = None
     default_message_ttl_seconds: int | None = None
+    caller: Caller = field(default_factory=Caller)
 
 
 class CreateQueue:
@@ -39,15 +41,26 @@ class CreateQueue:
             default_message_ttl_seconds=cmd.default_message_ttl_seconds,
         )
         now = self._clock.now()
+        queue_id = self._ids.new_id()
+        audit = AuditEntry.of_queue(
+            AuditAction.QUEUE_CREATED,
+            queue_id,
+            cmd.caller,
+            name=name,
+            visibility_timeout_seconds=settings.visibility_timeout_seconds,
+            max_delivery_attempts=settings.max_delivery_attempts,
+            default_message_ttl_seconds=settings.default_message_ttl_seconds,
+        )
         queue = await self._queues.add_queue(
             Queue(
-                id=self._ids.new_id(),
+                id=queue_id,
                 name=name,
                 settings=settings,
                 paused=False,
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            audit,
         )
         # Write order: database, then shared cache, then local cache. A fresh queue
         # may have a negative entry in the shared cache from a lookup a moment ago.

@@ -11,8 +11,11 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
+from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
+from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
-from retsu.domain.message import DequeueResult, MessageToStore, Priority, Receipt
+from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Priority, Receipt
 from retsu.domain.queue import Queue, QueueSettingsUpdate
 from retsu.domain.state import PriorityState, StateSnapshot
 
@@ -26,9 +29,13 @@ class IdGenerator(Protocol):
 
 
 class QueueRepository(Protocol):
-    """Queue metadata, stored durably."""
+    """Queue metadata, stored durably.
 
-    async def add_queue(self, queue: Queue) -> Queue:
+    Every operator change writes its ``AuditEntry`` in the same transaction; a change
+    that does not happen (unknown queue, taken name) writes none.
+    """
+
+    async def add_queue(self, queue: Queue, audit: AuditEntry) -> Queue:
         """Store a new queue; returns it with storage-stamped times.
 
         Raises QueueAlreadyExists when the name is taken.
@@ -37,8 +44,39 @@ class QueueRepository(Protocol):
 
     async def get_queue(self, queue_id: UUID) -> Queue | None: ...
 
-    async def update_queue(self, queue_id: UUID, update: QueueSettingsUpdate) -> Queue | None:
+    async def update_queue(
+        self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
+    ) -> Queue | None:
         """Apply a settings change atomically; None when the queue does not exist."""
+        ...
+
+    async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:
+        """Pause or resume; None when the queue does not exist."""
+        ...
+
+    async def list_queues(
+        self, *, limit: int, after: QueuePosition | None, name: str | None
+    ) -> list[Queue]:
+        """Up to ``limit`` queues by name in byte order, after ``after``; ``name`` filters
+        to that exact name."""
+        ...
+
+    async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None:
+        """Delete every live message (not dead letters); how many, or None when the queue
+        does not exist. The audit row's details get ``purged``: the count."""
+        ...
+
+    async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
+        """Delete the queue with its messages, dead letters, idempotency keys and state
+        counters; False when it does not exist. The audit row's details get ``name``,
+        ``messages`` and ``dead_letters`` (what went with it)."""
+        ...
+
+
+class QueueStateReader(Protocol):
+    async def read_state(self, queue_id: UUID) -> list[PriorityState]:
+        """Exact state of one queue per priority (SPEC §3.2 counting rules), at a cost
+        independent of the backlog; empty when the queue does not exist."""
         ...
 
 
@@ -69,6 +107,76 @@ class MessageRepository(Protocol):
 
         Returns how many were deleted; a stale receipt deletes nothing.
         """
+        ...
+
+    async def enqueue_idempotent(
+        self, queue_id: UUID, message: MessageToStore, key: str, fingerprint: bytes
+    ) -> IdempotentEnqueued:
+        """Insert ``message`` unless ``key`` was used in this queue within the last 24 h.
+
+        The key and the message are stored in one transaction, so of concurrent requests
+        with one key exactly one stores its message; the others (and later repeats) get
+        that message's id with ``replayed=True``. Raises IdempotencyKeyConflict when the
+        key stands for a message with another fingerprint, QueueNotFound when the queue
+        is gone.
+        """
+        ...
+
+    async def change_visibility(
+        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
+    ) -> bool:
+        """End the lease ``visibility_timeout_seconds`` from now (0: at once) if the receipt
+        is the message's current, unexpired delivery; False (nothing changed) otherwise.
+        The delivery attempt still counts."""
+        ...
+
+
+class DeadLetterRepository(Protocol):
+    """Dead-letter records of one queue. Listing is newest first, by (dead_lettered_at,
+    enqueue_order) descending; bulk redrive takes the exact reverse, oldest first."""
+
+    async def list_dead_letters(
+        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
+    ) -> list[tuple[DeadLetter, DeadLetterPosition]]: ...
+
+    async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None: ...
+
+    async def redrive_dead_letter(
+        self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
+    ) -> bool:
+        """Move one record back as a fresh message ``new_id`` (attempts 0, the queue's
+        default lifetime, same priority) and remove it, in one transaction; False when
+        there is no such record."""
+        ...
+
+    async def redrive_dead_letters(
+        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
+    ) -> int:
+        """Redrive up to ``len(new_ids)`` records, oldest first, giving them the new ids in
+        that order; how many moved. The audit row's details get ``redriven``: the count."""
+        ...
+
+    async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
+        """False when there is no such record."""
+        ...
+
+
+class AuditLog(Protocol):
+    async def list_audit_records(
+        self,
+        *,
+        limit: int,
+        after: AuditPosition | None,
+        queue_id: UUID | None,
+        action: AuditAction | None,
+    ) -> list[AuditRecord]:
+        """Newest first, by (at, id) descending."""
+        ...
+
+
+class ServerSecrets(Protocol):
+    async def cursor_signing_key(self) -> bytes:
+        """The key shared by every API process that signs pagination cursors."""
         ...
 
 
@@ -105,6 +213,8 @@ class QueueEvents(Protocol):
 
     def dead_lettered(self, queue_name: str, count: int = 1) -> None: ...
 
+    def redriven(self, queue_name: str, count: int = 1) -> None: ...
+
 
 class MessageMaintenance(Protocol):
     """Bulk removals done by the background cleaners, one bounded batch per call."""
@@ -117,6 +227,15 @@ class MessageMaintenance(Protocol):
     async def delete_dead_letters_older_than(
         self, retention_seconds: int, batch_size: int
     ) -> list[PurgedDeadLetters]: ...
+
+
+class IdempotencyKeyMaintenance(Protocol):
+    """Forgetting remembered Idempotency-Keys (the expired-message cleaner's second job)."""
+
+    async def delete_idempotency_keys_older_than(self, age_seconds: int, batch_size: int) -> int:
+        """Delete up to ``batch_size`` keys created more than ``age_seconds`` ago, oldest
+        first; returns how many were deleted."""
+        ...
 
 
 class MaintenanceEvents(Protocol):
@@ -155,6 +274,41 @@ class StateSnapshots(Protocol):
 
     def leadership_acquired(self) -> None: ...
 
+    def leadership_released(self) -> None:
+        """Stop exporting state: another replica may be leading by now."""
+        ...
+
     def publish(self, snapshot: StateSnapshot) -> None: ...
 
     def collection_finished(self, outcome: str, duration_seconds: float) -> None: ...
+
+
+class SignalWatch(Protocol):
+    """One long poll's subscription to the signals of one queue (a context manager:
+    registered on enter, so a signal that arrives before the first wait is kept)."""
+
+    def __enter__(self) -> SignalWatch: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    async def wait(self, seconds: float) -> bool:
+        """Return True as soon as the queue was signalled since the watch began or the
+        previous wait returned (or once shutdown begins), False after ``seconds``."""
+        ...
+
+
+class MessageSignals(Protocol):
+    """Hints that a queue may have a deliverable message (a message arrived, a lease was
+    released, the queue was resumed…). Only hints: a waiting dequeue always asks the
+    repository, and asks again at least once a second even when nothing is signalled."""
+
+    def watch(self, queue_id: UUID) -> SignalWatch: ...
+
+    @property
+    def closed(self) -> bool:
+        """True once shutdown began: waits return at once, waiting polls answer empty."""
+        ...
+
+    def close(self) -> None:
+        """Wake every waiter and make every later wait return at once (shutdown)."""
+        ...

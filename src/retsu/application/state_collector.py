@@ -8,6 +8,7 @@ a stale leader must not keep exporting gauges while another takes over.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -25,6 +26,16 @@ FAILURE = "failure"
 class CollectorSchedule:
     collection_interval_seconds: float
     leadership_retry_interval_seconds: float
+    # A refresh that has not answered by then counts as failed (a leader cut off from
+    # the database must not hang on, exporting an ever older snapshot). Defaults to
+    # the collection interval: a refresh must end before the next one is due.
+    refresh_timeout_seconds: float | None = None
+
+    @property
+    def refresh_timeout(self) -> float:
+        if self.refresh_timeout_seconds is not None:
+            return self.refresh_timeout_seconds
+        return self.collection_interval_seconds
 
 
 class StateMetricsCollector:
@@ -57,7 +68,8 @@ class StateMetricsCollector:
                 await self._lead(session)
             finally:
                 self.is_leader = False
-                await session.release()
+                self._snapshots.leadership_released()
+                await self._release(session)
 
     async def _lead(self, session: LeaderSession) -> None:
         self.is_leader = True
@@ -65,12 +77,26 @@ class StateMetricsCollector:
         self._snapshots.leadership_acquired()
         while not self._sleeper.stopping:
             await self.refresh(session)
+            if self._sleeper.stopping:
+                break
             await self._sleeper.sleep(self._schedule.collection_interval_seconds)
+
+    @staticmethod
+    async def _release(session: LeaderSession) -> None:
+        # Closing a session that already died can fail too; that must neither hide
+        # the refresh error that ended leadership nor turn a clean stop into a crash.
+        try:
+            await session.release()
+        except Exception:
+            log.warning("closing the leader's database session failed", exc_info=True)
+        else:
+            log.warning("queue state metrics collector leadership released")
 
     async def refresh(self, session: LeaderSession) -> None:
         started = time.perf_counter()
         try:
-            state = await session.read_state()
+            async with asyncio.timeout(self._schedule.refresh_timeout):
+                state = await session.read_state()
         except Exception:
             self._snapshots.collection_finished(FAILURE, time.perf_counter() - started)
             log.exception("queue state refresh failed; exiting so a standby can take over")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from retsu.application.ports import QueueDetails, QueueNames, QueueRepository
+from retsu.domain.audit import AuditAction, AuditEntry, Caller
 from retsu.domain.errors import QueueNotFound
 from retsu.domain.queue import Queue, QueueSettingsUpdate
 
@@ -16,6 +17,7 @@ class UpdateQueueCommand:
     visibility_timeout_seconds: int | None = None
     max_delivery_attempts: int | None = None
     default_message_ttl_seconds: int | None = None
+    caller: Caller = field(default_factory=Caller)
 
 
 class UpdateQueue:
@@ -30,7 +32,10 @@ class UpdateQueue:
             max_delivery_attempts=cmd.max_delivery_attempts,
             default_message_ttl_seconds=cmd.default_message_ttl_seconds,
         ).require_change()
-        queue = await self._queues.update_queue(cmd.queue_id, update)
+        audit = AuditEntry.of_queue(
+            AuditAction.QUEUE_UPDATED, cmd.queue_id, cmd.caller, changes=update.changes()
+        )
+        queue = await self._queues.update_queue(cmd.queue_id, update, audit)
         if queue is None:
             raise QueueNotFound(cmd.queue_id)
         # Database first (done), then the shared cache, then the local one; the

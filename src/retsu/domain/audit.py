@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from retsu.domain.errors import InvalidInput
+
 ANONYMOUS = "anonymous"
+
+TARGET_QUEUE = "queue"
+TARGET_DEAD_LETTER = "dead_letter"
 
 
 class AuditAction(enum.StrEnum):
@@ -20,6 +25,17 @@ class AuditAction(enum.StrEnum):
     QUEUE_DELETED = "queue.deleted"
     DEAD_LETTER_REDRIVEN = "dead_letter.redriven"
     DEAD_LETTER_DELETED = "dead_letter.deleted"
+
+    @classmethod
+    def parse(cls, text: str) -> AuditAction:
+        """An action filter; anything else is ``invalid_action`` (never silently ignored)."""
+        try:
+            return cls(text)
+        except ValueError:
+            raise InvalidInput(
+                "action must be one of " + ", ".join(a.value for a in cls) + ".",
+                code="invalid_action",
+            ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +57,22 @@ class AuditEntry:
     queue_id: UUID | None
     caller: Caller
     details: dict[str, Any] = field(default_factory=dict)
+
+    def with_details(self, **more: Any) -> AuditEntry:
+        """The entry with details only known inside the change's transaction (counts)."""
+        return replace(self, details={**self.details, **more})
+
+    @classmethod
+    def of_queue(
+        cls, action: AuditAction, queue_id: UUID, caller: Caller, **details: Any
+    ) -> AuditEntry:
+        return cls(action, TARGET_QUEUE, str(queue_id), queue_id, caller, details)
+
+    @classmethod
+    def of_dead_letter(
+        cls, action: AuditAction, queue_id: UUID, message_id: UUID, caller: Caller, **details: Any
+    ) -> AuditEntry:
+        return cls(action, TARGET_DEAD_LETTER, str(message_id), queue_id, caller, details)
 
 
 @dataclass(frozen=True, slots=True)

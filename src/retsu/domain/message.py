@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
@@ -13,6 +13,11 @@ from retsu.domain.ranges import IntRange
 
 MESSAGE_TTL = IntRange("ttl_seconds", 1, 2_592_000, "invalid_ttl")
 MESSAGE_DELAY = IntRange("delay_seconds", 0, 86_400, "invalid_delay")
+# A visibility change: the lease ends this many seconds from now (0 = release now).
+VISIBILITY_CHANGE = IntRange("visibility_timeout_seconds", 0, 21_600, "invalid_visibility_timeout")
+# How many dead letters one bulk redrive moves back onto the queue.
+REDRIVE_LIMIT = IntRange("limit", 1, 1000, "invalid_limit")
+DEFAULT_REDRIVE_LIMIT = 100
 
 # How many exhausted messages one dequeue moves to dead-letter storage before it
 # claims. Bounded so a dequeue never does unbounded work; the rest go next time.
@@ -137,6 +142,10 @@ class DeadLetter:
 class DequeueResult:
     messages: list[DeliveredMessage]
     dead_lettered: int = 0
+    # When nothing was claimed: seconds until the next scheduled moment a message of the
+    # queue may become deliverable (a delay or a lease ending), None if none is known.
+    # Only a hint for long polling (when to look again), so it takes no part in equality.
+    next_available_in_seconds: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

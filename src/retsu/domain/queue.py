@@ -97,8 +97,9 @@ class QueueSettingsUpdate:
             )
         return self
 
-    def apply_to(self, settings: QueueSettings) -> QueueSettings:
-        changes = {
+    def changes(self) -> dict[str, int]:
+        """The settings this update gives, by name."""
+        return {
             key: value
             for key, value in (
                 ("visibility_timeout_seconds", self.visibility_timeout_seconds),
@@ -107,7 +108,9 @@ class QueueSettingsUpdate:
             )
             if value is not None
         }
-        return replace(settings, **changes)
+
+    def apply_to(self, settings: QueueSettings) -> QueueSettings:
+        return replace(settings, **self.changes())
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,8 +41,13 @@ async def run_api(
             )
         )
 
+        signals = container.storage.message_signals()
+
         def stop() -> None:
             log.info("stopping: finishing in-flight requests")
+            # Long polls first: every waiting poll answers empty at once, so uvicorn's
+            # graceful shutdown does not wait out their wait_seconds.
+            signals.close()
             if workers_sleeper is not None:
                 workers_sleeper.stop()
             server.stop()
@@ -64,4 +69,8 @@ async def run_api(
                 log.error("background worker failed: %s", result, exc_info=result)
         return 0 if server.started else 1
     finally:
+        # The shared cache's Redis connections (a no-op when it is disabled).
+        await container.lookups.close()
         await engine.dispose()
+        # Flush buffered spans (bounded by telemetry.traces.timeout_seconds).
+        await asyncio.to_thread(container.core.tracing().shutdown)

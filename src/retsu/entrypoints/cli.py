@@ -9,7 +9,6 @@ configuration error.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -102,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.role == "api" and settings.http.workers > 1:
         return _run_api_processes(settings)
     try:
-        return asyncio.run(_run_role(args, settings))
+        from retsu.entrypoints.loop import run
+
+        return run(_run_role(args, settings))
     except StartupError as error:
         return _fail(str(error), 1)
     except KeyboardInterrupt:

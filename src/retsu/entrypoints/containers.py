@@ -9,48 +9,116 @@ from __future__ import annotations
 
 from dependency_injector import containers, providers
 
+from retsu import __version__
+from retsu.adapters.cache.breaker import CircuitBreaker
+from retsu.adapters.cache.closing import close_layers
+from retsu.adapters.cache.local import LocalQueueNames
+from retsu.adapters.cache.metrics import NO_CACHE_METRICS, CacheMetrics
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.http.app import create_app
+from retsu.adapters.http.auth import ApiToken, AuthConfig
 from retsu.adapters.http.management import create_management_app
 from retsu.adapters.http.services import ApiServices
+from retsu.adapters.memory.notifications import MESSAGE_EVENTS, SignallingRepository
 from retsu.adapters.postgres.engine import check_database, create_engine
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
+from retsu.adapters.postgres.notifications import PostgresMessageSignals
 from retsu.adapters.postgres.repository import PostgresRepository
+from retsu.adapters.postgres.secrets import PostgresServerSecrets
+from retsu.adapters.redis.client import create_redis_client
+from retsu.adapters.redis.queue_details import RedisQueueDetails
 from retsu.adapters.system import StopAwareSleeper, SystemClock, Uuid7Generator
+from retsu.adapters.telemetry.instrumented import (
+    Instrumentation,
+    InstrumentedLeadership,
+    instrument,
+)
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
+from retsu.adapters.telemetry.tracing import create_tracing
 from retsu.application.acknowledge import Acknowledge
 from retsu.application.batch_worker import BatchSchedule, BatchWorker
+from retsu.application.change_visibility import ChangeVisibility
 from retsu.application.clean_dead_letters import CleanDeadLetters
 from retsu.application.clean_expired_messages import CleanExpiredMessages
 from retsu.application.create_queue import CreateQueue
+from retsu.application.delete_dead_letter import DeleteDeadLetter
+from retsu.application.delete_queue import DeleteQueue
 from retsu.application.dequeue import Dequeue
 from retsu.application.enqueue import Enqueue
+from retsu.application.enqueue_idempotent import EnqueueIdempotent
+from retsu.application.get_dead_letter import GetDeadLetter
+from retsu.application.get_queue import GetQueue
+from retsu.application.list_audit_log import ListAuditLog
+from retsu.application.list_dead_letters import ListDeadLetters
+from retsu.application.list_queues import ListQueues
+from retsu.application.pause_queue import PauseQueue, ResumeQueue
+from retsu.application.purge_queue import PurgeQueue
+from retsu.application.redrive_dead_letter import RedriveDeadLetter
+from retsu.application.redrive_dead_letters import RedriveDeadLetters
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
 from retsu.application.update_queue import UpdateQueue
 from retsu.entrypoints.settings import Settings
+
+
+def _auth_config(settings: Settings) -> AuthConfig:
+    """The HTTP adapter's view of ``auth.*`` (plain values; it never imports settings)."""
+    return AuthConfig(
+        enabled=settings.auth.enabled,
+        tokens=tuple(
+            ApiToken(name=token.name, secret=token.secret, scopes=token.scopes)
+            for token in settings.auth.tokens
+        ),
+    )
 
 
 def _milliseconds(value: int) -> float:
     return value / 1000
 
 
+def _listen_application_name(application_name: str) -> str:
+    return f"{application_name}-listen"
+
+
 class CoreContainer(containers.DeclarativeContainer):
-    """What every role has: settings, clock, ids, metrics."""
+    """What every role has: settings, clock, ids, metrics, tracing."""
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
+    # The role name on every span (retsu.role), as in the logs: api, dev, worker:<name>.
+    role = providers.Object("retsu")
     clock = providers.Singleton(SystemClock)
     ids = providers.Singleton(Uuid7Generator)
     metrics = providers.Singleton(
         Metrics, max_queues=settings.provided.telemetry.metrics.max_queues
     )
+    # One TracerProvider per process (nothing at all when telemetry.traces.enabled is
+    # off); the entrypoint calls tracing().shutdown() on its way out.
+    tracing = providers.Singleton(
+        create_tracing,
+        enabled=settings.provided.telemetry.traces.enabled,
+        endpoint=settings.provided.telemetry.traces.endpoint,
+        timeout_seconds=settings.provided.telemetry.traces.timeout_seconds,
+        role=role,
+        environment=settings.provided.environment,
+        version=__version__,
+    )
+    tracer = tracing.provided.tracer
+    # Database telemetry (db_operation_duration_seconds, pool acquisition, DB spans).
+    instrumentation = providers.Singleton(Instrumentation, metrics=metrics, tracer=tracer)
 
 
 class StorageContainer(containers.DeclarativeContainer):
-    """PostgreSQL: the engine (one pool per process) and the repository over it."""
+    """PostgreSQL: the engine (one pool per process) and the repository over it.
+
+    The repository is wrapped by the telemetry decorator (every operation timed and, when
+    tracing is on, traced); the pool reports its acquisition times.
+    """
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
+    instrumentation: providers.Dependency[Instrumentation] = providers.Dependency(
+        instance_of=Instrumentation
+    )
     application_name = providers.Object("retsu")
     engine = providers.Singleton(
         create_engine,
@@ -58,18 +126,88 @@ class StorageContainer(containers.DeclarativeContainer):
         max_connections=settings.provided.database.max_connections,
         acquire_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
         application_name=application_name,
+        on_pool_acquire=instrumentation.provided.pool_acquired,
     )
-    repository = providers.Singleton(PostgresRepository, engine=engine)
+    # Long polling: one dedicated LISTEN/NOTIFY connection per process, fanned out to
+    # the waiting polls (started and stopped with the API app; docs/long-polling.md).
+    message_signals = providers.Singleton(
+        PostgresMessageSignals,
+        url=settings.provided.database.url,
+        application_name=providers.Callable(_listen_application_name, application_name),
+        connect_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
+    )
+    postgres_repository = providers.Singleton(PostgresRepository, engine=engine)
+    # Timed (and traced), then: after each committed change that can make a message
+    # deliverable (enqueue, redrive, lease released), the queue is announced to the
+    # long polls of every API process.
+    repository = providers.Singleton(
+        SignallingRepository,
+        providers.Singleton(instrument, postgres_repository, instrumentation),
+        message_signals,
+        events=MESSAGE_EVENTS,
+    )
     readiness = providers.Callable(check_database, engine)
+    # The cursor-signing key made by `retsu migrate`, read once, on first use.
+    secrets = providers.Singleton(PostgresServerSecrets, engine=engine)
+
+
+def _cache_layer(enabled: bool) -> str:
+    """The Selector key of a cache layer that configuration can switch off."""
+    return "enabled" if enabled else "disabled"
 
 
 class QueueLookupContainer(containers.DeclarativeContainer):
-    """Queue metadata lookups. Pass-through for now: every lookup reads storage."""
+    """Queue metadata lookups (SPEC §4), each cache decorating the layer below it.
+
+    Names: local LRU → shared Redis → storage. Details: shared Redis → storage. A layer
+    switched off (``cache.in_memory.enabled``, ``cache.distributed.enabled``) is left out;
+    with both off every lookup reads storage. ``close()`` (a coroutine) closes the Redis
+    client on shutdown.
+    """
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
     repository: providers.Dependency[PostgresRepository] = providers.Dependency()
-    details = providers.Singleton(RepositoryQueueDetails, queues=repository)
-    names = providers.Singleton(DetailsQueueNames, details=details)
+    metrics: providers.Dependency[CacheMetrics] = providers.Dependency(
+        default=providers.Object(NO_CACHE_METRICS)
+    )
+
+    storage_details = providers.Singleton(RepositoryQueueDetails, queues=repository)
+
+    redis = providers.Singleton(
+        create_redis_client,
+        url=settings.provided.cache.distributed.url,
+        connection_timeout_seconds=providers.Callable(
+            _milliseconds, settings.provided.cache.distributed.connection_timeout_milliseconds
+        ),
+        command_timeout_seconds=providers.Callable(
+            _milliseconds, settings.provided.cache.distributed.command_timeout_milliseconds
+        ),
+    )
+    breaker = providers.Singleton(CircuitBreaker)
+    shared_details = providers.Singleton(
+        RedisQueueDetails, redis=redis, inner=storage_details, breaker=breaker, metrics=metrics
+    )
+    details = providers.Selector(
+        providers.Callable(_cache_layer, settings.provided.cache.distributed.enabled),
+        enabled=shared_details,
+        disabled=storage_details,
+    )
+
+    details_names = providers.Singleton(DetailsQueueNames, details=details)
+    local_names = providers.Singleton(
+        LocalQueueNames,
+        inner=details_names,
+        max_entries=settings.provided.cache.in_memory.regions.queue_names.max_entries,
+        max_capacity_bytes=settings.provided.cache.in_memory.regions.queue_names.max_capacity_bytes,
+        metrics=metrics,
+    )
+    names = providers.Selector(
+        providers.Callable(_cache_layer, settings.provided.cache.in_memory.enabled),
+        enabled=local_names,
+        disabled=details_names,
+    )
+
+    close = providers.Callable(close_layers, details, names)
 
 
 class UseCaseContainer(containers.DeclarativeContainer):
@@ -96,10 +234,68 @@ class UseCaseContainer(containers.DeclarativeContainer):
         events=core.metrics,
     )
     dequeue = providers.Singleton(
-        Dequeue, messages=storage.repository, details=lookups.details, events=core.metrics
+        Dequeue,
+        messages=storage.repository,
+        details=lookups.details,
+        events=core.metrics,
+        signals=storage.message_signals,
     )
     acknowledge = providers.Singleton(
         Acknowledge, messages=storage.repository, names=lookups.names, events=core.metrics
+    )
+    # -- operator and consumer features (SPEC §3.2–3.5) --
+    list_queues = providers.Singleton(
+        ListQueues, queues=storage.repository, secrets=storage.secrets
+    )
+    get_queue = providers.Singleton(GetQueue, queues=storage.repository, state=storage.repository)
+    pause_queue = providers.Singleton(
+        PauseQueue, queues=storage.repository, details=lookups.details, names=lookups.names
+    )
+    resume_queue = providers.Singleton(
+        ResumeQueue, queues=storage.repository, details=lookups.details, names=lookups.names
+    )
+    purge_queue = providers.Singleton(PurgeQueue, queues=storage.repository)
+    delete_queue = providers.Singleton(
+        DeleteQueue, queues=storage.repository, details=lookups.details, names=lookups.names
+    )
+    enqueue_idempotent = providers.Singleton(
+        EnqueueIdempotent,
+        messages=storage.repository,
+        details=lookups.details,
+        ids=core.ids,
+        events=core.metrics,
+    )
+    change_visibility = providers.Singleton(
+        ChangeVisibility, messages=storage.repository, names=lookups.names
+    )
+    list_dead_letters = providers.Singleton(
+        ListDeadLetters,
+        dead_letters=storage.repository,
+        details=lookups.details,
+        secrets=storage.secrets,
+    )
+    get_dead_letter = providers.Singleton(
+        GetDeadLetter, dead_letters=storage.repository, details=lookups.details
+    )
+    redrive_dead_letter = providers.Singleton(
+        RedriveDeadLetter,
+        dead_letters=storage.repository,
+        details=lookups.details,
+        ids=core.ids,
+        events=core.metrics,
+    )
+    redrive_dead_letters = providers.Singleton(
+        RedriveDeadLetters,
+        dead_letters=storage.repository,
+        details=lookups.details,
+        ids=core.ids,
+        events=core.metrics,
+    )
+    delete_dead_letter = providers.Singleton(
+        DeleteDeadLetter, dead_letters=storage.repository, details=lookups.details
+    )
+    list_audit_log = providers.Singleton(
+        ListAuditLog, audit_log=storage.repository, secrets=storage.secrets
     )
 
 
@@ -107,12 +303,19 @@ class ApiContainer(containers.DeclarativeContainer):
     """The API role: the HTTP app over the queue use cases."""
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
-    core = providers.Container(CoreContainer, settings=settings)
+    role = providers.Object("api")  # `retsu dev` passes role="dev"
+    core = providers.Container(CoreContainer, settings=settings, role=role)
     storage = providers.Container(
-        StorageContainer, settings=settings, application_name=providers.Object("retsu-api")
+        StorageContainer,
+        settings=settings,
+        application_name=providers.Object("retsu-api"),
+        instrumentation=core.instrumentation,
     )
     lookups = providers.Container(
-        QueueLookupContainer, settings=settings, repository=storage.repository
+        QueueLookupContainer,
+        settings=settings,
+        repository=storage.repository,
+        metrics=core.metrics,
     )
     use_cases = providers.Container(UseCaseContainer, core=core, storage=storage, lookups=lookups)
 
@@ -123,28 +326,61 @@ class ApiContainer(containers.DeclarativeContainer):
         enqueue=use_cases.enqueue,
         dequeue=use_cases.dequeue,
         acknowledge=use_cases.acknowledge,
+        list_queues=use_cases.list_queues,
+        get_queue=use_cases.get_queue,
+        pause_queue=use_cases.pause_queue,
+        resume_queue=use_cases.resume_queue,
+        purge_queue=use_cases.purge_queue,
+        delete_queue=use_cases.delete_queue,
+        enqueue_idempotent=use_cases.enqueue_idempotent,
+        change_visibility=use_cases.change_visibility,
+        list_dead_letters=use_cases.list_dead_letters,
+        get_dead_letter=use_cases.get_dead_letter,
+        redrive_dead_letter=use_cases.redrive_dead_letter,
+        redrive_dead_letters=use_cases.redrive_dead_letters,
+        delete_dead_letter=use_cases.delete_dead_letter,
+        list_audit_log=use_cases.list_audit_log,
         readiness=storage.readiness.provider,
         metrics=core.metrics,
     )
-    app = providers.Singleton(create_app, services=services)
+    auth = providers.Callable(_auth_config, settings)
+    app = providers.Singleton(
+        create_app,
+        services=services,
+        auth=auth,
+        tracer=core.tracer,
+        on_startup=providers.List(storage.message_signals.provided.start),
+        on_shutdown=providers.List(storage.message_signals.provided.stop),
+    )
 
 
 class WorkerContainer(containers.DeclarativeContainer):
     """The worker roles: the three queue workers over one pool, plus their sleeper."""
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
-    core = providers.Container(CoreContainer, settings=settings)
+    role = providers.Object("worker")  # run_worker passes role="worker:<name>"
+    core = providers.Container(CoreContainer, settings=settings, role=role)
     storage = providers.Container(
-        StorageContainer, settings=settings, application_name=providers.Object("retsu-worker")
+        StorageContainer,
+        settings=settings,
+        application_name=providers.Object("retsu-worker"),
+        instrumentation=core.instrumentation,
     )
     sleeper = providers.Singleton(StopAwareSleeper)
-    maintenance = providers.Singleton(PostgresMaintenance, engine=storage.engine)
+    maintenance = providers.Singleton(
+        instrument,
+        providers.Singleton(PostgresMaintenance, engine=storage.engine),
+        core.instrumentation,
+    )
 
     expired_message_cleaner = providers.Singleton(
         BatchWorker,
         name="expired-message-cleaner",
         run_batch=providers.Singleton(
-            CleanExpiredMessages, maintenance=maintenance, events=core.metrics
+            CleanExpiredMessages,
+            maintenance=maintenance,
+            events=core.metrics,
+            idempotency_keys=maintenance,
         ),
         schedule=providers.Factory(
             BatchSchedule,
@@ -177,7 +413,11 @@ class WorkerContainer(containers.DeclarativeContainer):
         ),
         sleeper=sleeper,
     )
-    leadership = providers.Singleton(AdvisoryLockLeadership, engine=storage.engine)
+    leadership = providers.Singleton(
+        InstrumentedLeadership,
+        providers.Singleton(AdvisoryLockLeadership, engine=storage.engine),
+        core.instrumentation,
+    )
     state_snapshots = providers.Singleton(
         StateMetricsExporter, metrics=core.metrics, clock=core.clock
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from retsu.entrypoints.api import run_api
 from retsu.entrypoints.containers import ApiContainer, WorkerContainer
@@ -20,15 +22,44 @@ def with_database_url(settings: Settings, url: str) -> Settings:
     return dataclasses.replace(settings, database=dataclasses.replace(settings.database, url=url))
 
 
+def _redis_answers(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return Path(parts.path).exists()
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), 0.3):
+            return True
+    except OSError:
+        return False
+
+
+def without_absent_redis(settings: Settings) -> Settings:
+    """`retsu dev` on a laptop often has no Redis: rather than falling back to
+    PostgreSQL and warning every few seconds, run without the shared cache (which
+    only speeds up metadata reads) and say so once."""
+    distributed = settings.cache.distributed
+    if not distributed.enabled or _redis_answers(distributed.url):
+        return settings
+    log.warning(
+        "retsu dev: no Redis answers at the configured cache.distributed.url; "
+        "running without the shared cache"
+    )
+    cache = dataclasses.replace(
+        settings.cache, distributed=dataclasses.replace(distributed, enabled=False)
+    )
+    return dataclasses.replace(settings, cache=cache)
+
+
 async def _run_with_url(settings: Settings, url: str) -> int:
     await migrate_database(url, timeout_seconds=settings.database.acquire_timeout_seconds)
-    settings = with_database_url(settings, url)
-    api = ApiContainer(settings=settings)
-    workers = WorkerContainer(settings=settings)
+    settings = without_absent_redis(with_database_url(settings, url))
+    api = ApiContainer(settings=settings, role="dev")
+    workers = WorkerContainer(settings=settings, role="dev")
     # One process: one pool and one metrics registry for the API and the workers, so
     # the API's /metrics also shows the workers' counters and the state gauges.
     workers.storage.engine.override(api.storage.engine)
     workers.core.metrics.override(api.core.metrics)
+    workers.core.tracing.override(api.core.tracing)
     return await run_api(
         settings,
         api,

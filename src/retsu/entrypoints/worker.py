@@ -28,14 +28,23 @@ class Worker(Protocol):
 async def run_worker(
     settings: Settings, module: str, name: str, container: WorkerContainer | None = None
 ) -> int:
-    container = container or WorkerContainer(settings=settings)
+    container = container or WorkerContainer(settings=settings, role=f"worker:{name}")
+    sleeper = container.sleeper()
+
+    def stop() -> None:
+        log.info("stopping %s: finishing the current batch", name)
+        sleeper.stop()
+
+    # Before any waiting, so a SIGTERM during start-up is a clean stop too.
+    serving.on_stop_signal(stop)
     engine = container.storage.engine()
     try:
         await ensure_database_ready(
             engine, timeout_seconds=settings.database.acquire_timeout_seconds
         )
+        if sleeper.stopping:
+            return 0
         worker: Worker = container.workers()[name]
-        sleeper = container.sleeper()
         management = serving.Server(
             serving.config(
                 container.management_app(),
@@ -44,12 +53,6 @@ async def run_worker(
                 shutdown_timeout_seconds=settings.worker.shutdown_timeout_seconds,
             )
         )
-
-        def stop() -> None:
-            log.info("stopping %s: finishing the current batch", name)
-            sleeper.stop()
-
-        serving.on_stop_signal(stop)
         server_task = asyncio.create_task(management.serve())
         while not management.started:
             if server_task.done():
@@ -69,6 +72,8 @@ async def run_worker(
         return code
     finally:
         await engine.dispose()
+        # Flush buffered spans (bounded by telemetry.traces.timeout_seconds).
+        await asyncio.to_thread(container.core.tracing().shutdown)
 
 
 async def _wait_for_worker(

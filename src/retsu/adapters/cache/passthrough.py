@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from retsu.application.ports import QueueRepository
+from retsu.application.ports import QueueDetails, QueueRepository
 from retsu.domain.errors import QueueNotFound
 from retsu.domain.queue import Queue
 
@@ -31,9 +31,10 @@ class RepositoryQueueDetails:
 
 
 class DetailsQueueNames:
-    """Names resolved through whatever details lookup sits below."""
+    """Names resolved through whatever details lookup sits below (the shared cache, or
+    the repository directly). Remembering and forgetting are the details side's job."""
 
-    def __init__(self, details: RepositoryQueueDetails) -> None:
+    def __init__(self, details: QueueDetails) -> None:
         self._details = details
 
     async def name_of(self, queue_id: UUID) -> str:

@@ -7,14 +7,18 @@ refuses bools and floats for them); their ranges are the domain's business.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 import msgspec
 from litestar import Response
 
-from retsu.domain.message import DeliveredMessage, Priority
+from retsu.domain.audit import AuditRecord
+from retsu.domain.message import DeadLetter, DeliveredMessage, Priority
 from retsu.domain.queue import Queue
+from retsu.domain.state import QueueStats
 
 # -- requests ---------------------------------------------------------------------
 
@@ -62,6 +66,15 @@ class BatchAcknowledgeBody(msgspec.Struct, forbid_unknown_fields=True):
     messages: list[ReceiptBody]
 
 
+class VisibilityBody(msgspec.Struct, forbid_unknown_fields=True):
+    receipt_handle: str
+    visibility_timeout_seconds: int
+
+
+class RedriveBody(msgspec.Struct, forbid_unknown_fields=True):
+    limit: int | None = None
+
+
 CREATE_QUEUE = msgspec.json.Decoder(CreateQueueBody)
 UPDATE_QUEUE = msgspec.json.Decoder(UpdateQueueBody)
 MESSAGE = msgspec.json.Decoder(MessageBody)
@@ -69,6 +82,8 @@ BATCH_ENQUEUE = msgspec.json.Decoder(BatchEnqueueBody)
 DEQUEUE = msgspec.json.Decoder(DequeueBody)
 ACKNOWLEDGE = msgspec.json.Decoder(AcknowledgeBody)
 BATCH_ACKNOWLEDGE = msgspec.json.Decoder(BatchAcknowledgeBody)
+VISIBILITY = msgspec.json.Decoder(VisibilityBody)
+REDRIVE = msgspec.json.Decoder(RedriveBody)
 
 # -- responses ----------------------------------------------------------------------
 
@@ -80,6 +95,69 @@ class QueueOut(msgspec.Struct, gc=False):
     max_delivery_attempts: int
     default_message_ttl_seconds: int
     paused: bool
+
+
+class StatsOut(msgspec.Struct, gc=False):
+    ready: int
+    in_flight: int
+    delayed: int
+    dead_letters: int
+    oldest_ready_age_seconds: float
+
+
+class QueueWithStatsOut(msgspec.Struct, gc=False):
+    id: UUID
+    name: str
+    visibility_timeout_seconds: int
+    max_delivery_attempts: int
+    default_message_ttl_seconds: int
+    paused: bool
+    stats: StatsOut
+
+
+class QueuesOut(msgspec.Struct):
+    items: list[QueueOut]
+    next_cursor: str | None
+
+
+class PurgedOut(msgspec.Struct, gc=False):
+    purged: int
+
+
+class DeadLetterOut(msgspec.Struct, gc=False):
+    id: UUID
+    payload: str
+    priority: str
+    delivery_attempts: int
+    enqueued_at: datetime
+    last_delivered_at: datetime | None
+    dead_lettered_at: datetime
+    reason: str
+
+
+class DeadLettersOut(msgspec.Struct):
+    items: list[DeadLetterOut]
+    next_cursor: str | None
+
+
+class RedrivenOut(msgspec.Struct, gc=False):
+    redriven: int
+
+
+class AuditRecordOut(msgspec.Struct):
+    id: UUID
+    at: datetime
+    actor: str
+    action: str
+    target_type: str
+    target_id: str
+    request_id: str | None
+    details: dict[str, Any]
+
+
+class AuditLogOut(msgspec.Struct):
+    items: list[AuditRecordOut]
+    next_cursor: str | None
 
 
 class IdOut(msgspec.Struct, gc=False):
@@ -126,6 +204,54 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
 
 
+def queue_with_stats_out(queue: Queue, stats: QueueStats) -> QueueWithStatsOut:
+    settings = queue.settings
+    return QueueWithStatsOut(
+        id=queue.id,
+        name=queue.name,
+        visibility_timeout_seconds=settings.visibility_timeout_seconds,
+        max_delivery_attempts=settings.max_delivery_attempts,
+        default_message_ttl_seconds=settings.default_message_ttl_seconds,
+        paused=queue.paused,
+        stats=StatsOut(
+            ready=stats.ready,
+            in_flight=stats.in_flight,
+            delayed=stats.delayed,
+            dead_letters=stats.dead_letters,
+            # Milliseconds are plenty for an age; fewer digits on the wire.
+            oldest_ready_age_seconds=round(stats.oldest_ready_age_seconds, 3),
+        ),
+    )
+
+
+def dead_letter_out(record: DeadLetter) -> DeadLetterOut:
+    return DeadLetterOut(
+        id=record.id,
+        payload=record.payload,
+        priority=_PRIORITY_NAMES[record.priority],
+        delivery_attempts=record.delivery_attempts,
+        enqueued_at=_utc(record.enqueued_at),
+        last_delivered_at=(
+            None if record.last_delivered_at is None else _utc(record.last_delivered_at)
+        ),
+        dead_lettered_at=_utc(record.dead_lettered_at),
+        reason=record.reason,
+    )
+
+
+def audit_record_out(record: AuditRecord) -> AuditRecordOut:
+    return AuditRecordOut(
+        id=record.id,
+        at=_utc(record.at),
+        actor=record.actor,
+        action=record.action,
+        target_type=record.target_type,
+        target_id=record.target_id,
+        request_id=record.request_id,
+        details=record.details,
+    )
+
+
 def message_out(message: DeliveredMessage) -> MessageOut:
     return MessageOut(
         id=message.id,
@@ -143,8 +269,15 @@ _encoder = msgspec.json.Encoder()
 JSON_MEDIA_TYPE = "application/json"
 
 
-def json_response(body: msgspec.Struct, status: int = 200) -> Response[bytes]:
-    return Response(content=_encoder.encode(body), status_code=status, media_type=JSON_MEDIA_TYPE)
+def json_response(
+    body: msgspec.Struct, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response[bytes]:
+    return Response(
+        content=_encoder.encode(body),
+        status_code=status,
+        media_type=JSON_MEDIA_TYPE,
+        headers=dict(headers) if headers else None,
+    )
 
 
 def no_content() -> Response[bytes]:

@@ -17,6 +17,9 @@ class NullQueueEvents:
     def dead_lettered(self, queue_name: str, count: int = 1) -> None:
         return None
 
+    def redriven(self, queue_name: str, count: int = 1) -> None:
+        return None
+
 
 class RecordingQueueEvents:
     """Counts events by (kind, queue, extra label) so tests can assert on them."""
@@ -32,3 +35,6 @@ class RecordingQueueEvents:
 
     def dead_lettered(self, queue_name: str, count: int = 1) -> None:
         self.counts["dead_lettered", queue_name] += count
+
+    def redriven(self, queue_name: str, count: int = 1) -> None:
+        self.counts["redriven", queue_name] += count

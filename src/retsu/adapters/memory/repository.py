@@ -16,8 +16,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from retsu.adapters.ids import uuid7
 from retsu.application.ports import Clock
-from retsu.domain.errors import QueueAlreadyExists, QueueNotFound
+from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
+from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
+from retsu.domain.idempotency import IDEMPOTENCY_KEY_RETENTION_SECONDS, IdempotentEnqueued
 from retsu.domain.maintenance import (
     NEVER_DELIVERED,
     PREVIOUSLY_DELIVERED,
@@ -64,24 +68,52 @@ class StoredDeadLetter:
     record: DeadLetter
     enqueue_order: int
 
+    @property
+    def position(self) -> DeadLetterPosition:
+        return DeadLetterPosition(self.record.dead_lettered_at, self.enqueue_order)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredIdempotencyKey:
+    message_id: UUID
+    fingerprint: bytes
+    created_at: datetime
+
 
 def _age(now: datetime, moments: list[datetime]) -> float:
     return (now - min(moments)).total_seconds() if moments else 0.0
 
 
 class InMemoryRepository:
-    """Implements QueueRepository and MessageRepository."""
+    """Implements QueueRepository, MessageRepository, DeadLetterRepository, AuditLog and
+    QueueStateReader."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._queues: dict[UUID, Queue] = {}
         self._messages: dict[UUID, dict[UUID, StoredMessage]] = {}
         self._dead_letters: dict[UUID, dict[UUID, StoredDeadLetter]] = {}
+        self._idempotency_keys: dict[tuple[UUID, str], StoredIdempotencyKey] = {}
+        # Each audit record with the queue it concerns (the queue_id filter).
+        self._audit: list[tuple[AuditRecord, UUID | None]] = []
         self._order = itertools.count(1)
+
+    def _write_audit(self, entry: AuditEntry) -> None:
+        record = AuditRecord(
+            id=uuid7(),
+            at=self._clock.now(),
+            actor=entry.caller.actor,
+            action=entry.action.value,
+            target_type=entry.target_type,
+            target_id=entry.target_id,
+            request_id=entry.caller.request_id,
+            details=dict(entry.details),
+        )
+        self._audit.append((record, entry.queue_id))
 
     # -- queues ---------------------------------------------------------------
 
-    async def add_queue(self, queue: Queue) -> Queue:
+    async def add_queue(self, queue: Queue, audit: AuditEntry) -> Queue:
         if any(q.name == queue.name for q in self._queues.values()):
             raise QueueAlreadyExists(queue.name)
         now = self._clock.now()
@@ -89,12 +121,15 @@ class InMemoryRepository:
         self._queues[queue.id] = stored
         self._messages[queue.id] = {}
         self._dead_letters[queue.id] = {}
+        self._write_audit(audit)
         return stored
 
     async def get_queue(self, queue_id: UUID) -> Queue | None:
         return self._queues.get(queue_id)
 
-    async def update_queue(self, queue_id: UUID, update: QueueSettingsUpdate) -> Queue | None:
+    async def update_queue(
+        self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
+    ) -> Queue | None:
         queue = self._queues.get(queue_id)
         if queue is None:
             return None
@@ -102,7 +137,55 @@ class InMemoryRepository:
             queue, settings=update.apply_to(queue.settings), updated_at=self._clock.now()
         )
         self._queues[queue_id] = queue
+        self._write_audit(audit)
         return queue
+
+    async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:
+        queue = self._queues.get(queue_id)
+        if queue is None:
+            return None
+        queue = replace(queue, paused=paused, updated_at=self._clock.now())
+        self._queues[queue_id] = queue
+        self._write_audit(audit)
+        return queue
+
+    async def list_queues(
+        self, *, limit: int, after: QueuePosition | None, name: str | None
+    ) -> list[Queue]:
+        # Byte order of the UTF-8 name, as PostgreSQL's COLLATE "C".
+        after_key = None if after is None else after.name.encode()
+        chosen = sorted(
+            (
+                q
+                for q in self._queues.values()
+                if (name is None or q.name == name)
+                and (after_key is None or q.name.encode() > after_key)
+            ),
+            key=lambda q: q.name.encode(),
+        )
+        return chosen[:limit]
+
+    async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None:
+        stored = self._messages.get(queue_id)
+        if stored is None:
+            return None
+        purged = len(stored)
+        stored.clear()
+        self._write_audit(audit.with_details(purged=purged))
+        return purged
+
+    async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
+        queue = self._queues.pop(queue_id, None)
+        if queue is None:
+            return False
+        messages = len(self._messages.pop(queue_id))
+        dead_letters = len(self._dead_letters.pop(queue_id))
+        for key in [k for k in self._idempotency_keys if k[0] == queue_id]:
+            del self._idempotency_keys[key]
+        self._write_audit(
+            audit.with_details(name=queue.name, messages=messages, dead_letters=dead_letters)
+        )
+        return True
 
     # -- messages -------------------------------------------------------------
 
@@ -199,12 +282,55 @@ class InMemoryRepository:
                     enqueued_at=message.enqueued_at,
                 )
             )
-        return DequeueResult(messages=delivered, dead_lettered=dead_lettered)
+        if delivered:
+            return DequeueResult(messages=delivered, dead_lettered=dead_lettered)
+        # Nothing to claim: when does a delay or a lease end next (a long-poll hint)?
+        upcoming = [m.available_after for m in stored.values() if m.available_after > now]
+        return DequeueResult(
+            messages=[],
+            dead_lettered=dead_lettered,
+            next_available_in_seconds=(min(upcoming) - now).total_seconds() if upcoming else None,
+        )
+
+    async def enqueue_idempotent(
+        self, queue_id: UUID, message: MessageToStore, key: str, fingerprint: bytes
+    ) -> IdempotentEnqueued:
+        if queue_id not in self._queues:
+            raise QueueNotFound(queue_id)
+        now = self._clock.now()
+        known = self._idempotency_keys.get((queue_id, key))
+        retention = timedelta(seconds=IDEMPOTENCY_KEY_RETENTION_SECONDS)
+        if known is not None and known.created_at > now - retention:
+            if known.fingerprint != fingerprint:
+                raise IdempotencyKeyConflict()
+            return IdempotentEnqueued(known.message_id, replayed=True)
+        await self.enqueue(queue_id, [message])
+        self._idempotency_keys[queue_id, key] = StoredIdempotencyKey(message.id, fingerprint, now)
+        return IdempotentEnqueued(message.id, replayed=False)
+
+    async def change_visibility(
+        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
+    ) -> bool:
+        if queue_id not in self._messages:
+            raise QueueNotFound(queue_id)
+        message = self._messages[queue_id].get(receipt.message_id)
+        handle = parse_receipt_handle(receipt.receipt_handle)
+        now = self._clock.now()
+        if (
+            message is None
+            or handle is None
+            or message.state is not State.IN_FLIGHT
+            or message.receipt_handle != handle
+            or message.available_after <= now
+        ):
+            return False
+        message.available_after = now + timedelta(seconds=visibility_timeout_seconds)
+        return True
 
     async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
         stored = self._messages.get(queue_id)
         if stored is None:
-            return 0
+            raise QueueNotFound(queue_id)
         now = self._clock.now()
         removed = 0
         for receipt in receipts:
@@ -220,6 +346,99 @@ class InMemoryRepository:
                 del stored[message.id]
                 removed += 1
         return removed
+
+    # -- dead letters -----------------------------------------------------------
+
+    def _dead_letters_newest_first(self, queue_id: UUID) -> list[StoredDeadLetter]:
+        records = self._dead_letters.get(queue_id, {}).values()
+        return sorted(
+            records, key=lambda r: (r.record.dead_lettered_at, r.enqueue_order), reverse=True
+        )
+
+    async def list_dead_letters(
+        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
+    ) -> list[tuple[DeadLetter, DeadLetterPosition]]:
+        records = self._dead_letters_newest_first(queue_id)
+        if after is not None:
+            boundary = (after.dead_lettered_at, after.enqueue_order)
+            records = [
+                r for r in records if (r.record.dead_lettered_at, r.enqueue_order) < boundary
+            ]
+        return [(r.record, r.position) for r in records[:limit]]
+
+    async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None:
+        stored = self._dead_letters.get(queue_id, {}).get(message_id)
+        return None if stored is None else stored.record
+
+    def _redrive(self, queue: Queue, stored: StoredDeadLetter, new_id: UUID) -> None:
+        del self._dead_letters[queue.id][stored.record.id]
+        now = self._clock.now()
+        self._messages[queue.id][new_id] = StoredMessage(
+            id=new_id,
+            queue_id=queue.id,
+            enqueue_order=next(self._order),
+            payload=stored.record.payload,
+            priority=stored.record.priority,
+            state=State.READY,
+            enqueued_at=now,
+            expires_at=now + timedelta(seconds=queue.settings.default_message_ttl_seconds),
+            available_after=now,
+        )
+
+    async def redrive_dead_letter(
+        self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
+    ) -> bool:
+        queue = self._queues.get(queue_id)
+        stored = self._dead_letters.get(queue_id, {}).get(message_id)
+        if queue is None or stored is None:
+            return False
+        self._redrive(queue, stored, new_id)
+        self._write_audit(audit)
+        return True
+
+    async def redrive_dead_letters(
+        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
+    ) -> int:
+        queue = self._queues.get(queue_id)
+        if queue is None:
+            return 0
+        oldest_first = list(reversed(self._dead_letters_newest_first(queue_id)))
+        moved = list(zip(oldest_first, new_ids, strict=False))
+        for stored, new_id in moved:
+            self._redrive(queue, stored, new_id)
+        self._write_audit(audit.with_details(redriven=len(moved)))
+        return len(moved)
+
+    async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
+        records = self._dead_letters.get(queue_id, {})
+        if message_id not in records:
+            return False
+        del records[message_id]
+        self._write_audit(audit)
+        return True
+
+    # -- audit log ----------------------------------------------------------------
+
+    async def list_audit_records(
+        self,
+        *,
+        limit: int,
+        after: AuditPosition | None,
+        queue_id: UUID | None,
+        action: AuditAction | None,
+    ) -> list[AuditRecord]:
+        chosen = sorted(
+            (
+                r
+                for r, about in self._audit
+                if (queue_id is None or about == queue_id)
+                and (action is None or r.action == action.value)
+                and (after is None or (r.at, r.id) < (after.at, after.id))
+            ),
+            key=lambda r: (r.at, r.id),
+            reverse=True,
+        )
+        return chosen[:limit]
 
     # -- maintenance (the cleaners) -------------------------------------------
 
@@ -259,6 +478,16 @@ class InMemoryRepository:
             del self._dead_letters[stored.record.queue_id][stored.record.id]
             counts[self._queues[stored.record.queue_id].name] += 1
         return [PurgedDeadLetters(name, n) for name, n in counts.items()]
+
+    async def delete_idempotency_keys_older_than(self, age_seconds: int, batch_size: int) -> int:
+        cutoff = self._clock.now() - timedelta(seconds=age_seconds)
+        doomed = sorted(
+            (k for k, stored in self._idempotency_keys.items() if stored.created_at < cutoff),
+            key=lambda k: self._idempotency_keys[k].created_at,
+        )[:batch_size]
+        for k in doomed:
+            del self._idempotency_keys[k]
+        return len(doomed)
 
     # -- queue state (same counting rules as the PostgreSQL state reader) -------
 

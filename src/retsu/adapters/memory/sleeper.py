@@ -1,7 +1,12 @@
-"""A sleeper for tests: records the waits, moves a fake clock, stops on demand."""
+"""A sleeper for tests: records the waits, moves a fake clock, stops on demand.
+
+Nothing really waits, but every sleep yields to the event loop once, so several
+workers driven by fake sleepers in one test take turns like real ones would.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from retsu.adapters.memory.clock import FakeClock
@@ -30,3 +35,4 @@ class FakeSleeper:
             self.on_sleep(seconds)
         if self._stop_after is not None and len(self.sleeps) >= self._stop_after:
             self._stopping = True
+        await asyncio.sleep(0)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool, PoolProxiedConnection
 
 # Every Retsu query is an index walk bounded by a LIMIT or a key. With stale
 # statistics (a freshly loaded backlog) the planner was measured choosing a bitmap
@@ -29,13 +34,38 @@ def async_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+def _timed_pool_class(on_acquire: Callable[[float], None]) -> type[AsyncAdaptedQueuePool]:
+    """The engine's pool class, reporting how long each checkout took (waiting for a free
+    connection, or opening a new one). A subclass rather than an event because SQLAlchemy
+    has no "checkout started" event; it survives ``dispose()`` (``recreate`` keeps the
+    class)."""
+
+    class TimedAsyncAdaptedQueuePool(AsyncAdaptedQueuePool):
+        # Keep SQLAlchemy's logger name, so `logging.filter` entries for it still apply.
+        _sqla_logger_namespace = "sqlalchemy.pool.impl.AsyncAdaptedQueuePool"
+
+        def connect(self) -> PoolProxiedConnection:
+            start = time.perf_counter()
+            try:
+                return super().connect()
+            finally:
+                on_acquire(time.perf_counter() - start)
+
+    return TimedAsyncAdaptedQueuePool
+
+
 def create_engine(
     url: str,
     *,
     max_connections: int = 10,
     acquire_timeout_seconds: float = 5,
     application_name: str = "retsu",
+    on_pool_acquire: Callable[[float], None] | None = None,
 ) -> AsyncEngine:
+    """``on_pool_acquire(seconds)`` is called after every pool checkout (telemetry)."""
+    options: dict[str, Any] = {}
+    if on_pool_acquire is not None:
+        options["poolclass"] = _timed_pool_class(on_pool_acquire)
     return create_async_engine(
         async_url(url),
         pool_size=max_connections,
@@ -46,6 +76,7 @@ def create_engine(
             "server_settings": {**SERVER_SETTINGS, "application_name": application_name},
             "timeout": acquire_timeout_seconds,
         },
+        **options,
     )
 
 

@@ -6,6 +6,9 @@ from sqlalchemy.exc import DBAPIError
 
 UNIQUE_VIOLATION = "23505"
 FOREIGN_KEY_VIOLATION = "23503"
+LOCK_NOT_AVAILABLE = "55P03"
+DEADLOCK_DETECTED = "40P01"
+SERIALIZATION_FAILURE = "40001"
 
 
 def sqlstate(error: DBAPIError) -> str | None:

@@ -21,6 +21,17 @@ LOCK_KEY = (0x52455453, 1)
 
 _TRY_LOCK = sa.text("SELECT pg_try_advisory_lock(:k1, :k2)")
 
+# On the leader's session only: PostgreSQL probes an idle leader connection after
+# 10 s and drops it after three unanswered probes 5 s apart, so a leader cut off by
+# the network loses the lock in about 25 s instead of the operating system's default
+# (two hours and more). A live but busy leader answers probes from its kernel, so
+# this never ends a healthy leadership. Ignored on Unix-socket connections.
+_KEEPALIVES = (
+    sa.text("SET tcp_keepalives_idle = 10"),
+    sa.text("SET tcp_keepalives_interval = 5"),
+    sa.text("SET tcp_keepalives_count = 3"),
+)
+
 
 class AdvisoryLockSession:
     def __init__(self, connection: AsyncConnection) -> None:
@@ -28,11 +39,11 @@ class AdvisoryLockSession:
 
     async def read_state(self) -> list[PriorityState]:
         # One statement in its own short transaction: one consistent snapshot, and
-        # no transaction left open between refreshes.
-        try:
-            return await read_all_queues(self._connection)
-        finally:
-            await self._connection.commit()
+        # no transaction left open between refreshes. On failure the session is
+        # released (invalidated), so there is nothing to roll back here.
+        state = await read_all_queues(self._connection)
+        await self._connection.commit()
+        return state
 
     async def release(self) -> None:
         try:
@@ -59,4 +70,12 @@ class AdvisoryLockLeadership:
         if not acquired:
             await connection.close()  # back to the pool: it holds no lock
             return None
-        return AdvisoryLockSession(connection)
+        session = AdvisoryLockSession(connection)
+        try:
+            for statement in _KEEPALIVES:
+                await connection.execute(statement)
+            await connection.commit()
+        except BaseException:
+            await session.release()
+            raise
+        return session

@@ -1,14 +1,34 @@
 """Bulk removals for the cleaners, one bounded transaction per batch.
 
-Rows are locked in a fixed order (expiry, then id) with SKIP LOCKED, so several
-cleaner replicas split the work between them instead of waiting on each other.
+Each statement walks one index in order (expiry, dead-letter time, key creation
+time), stops after ``batch_size`` rows and locks them with SKIP LOCKED, so several
+cleaner replicas split the work between them instead of waiting on each other,
+and a batch never waits for a row a dequeue or acknowledge is holding. Deleting
+messages and dead letters keeps the state rollup exact through its triggers, in
+the same transaction.
+
+Background work yields to foreground work: a batch waits at most 200 ms for any
+lock (in practice a state-rollup counter row that a dequeue or enqueue holds), then
+gives up and starts over a moment later. The counter rows of one statement are
+locked in key order, but a dequeue that claims and dead-letters runs three
+rollup triggers (claims, removals, dead letters), so its counter locks are not in
+one global order and a cleaner batch can meet it in a deadlock; giving up early
+ends that in 200 ms instead of PostgreSQL's deadlock_timeout, and a deadlock
+reported by PostgreSQL is retried the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.errors import DEADLOCK_DETECTED, LOCK_NOT_AVAILABLE, sqlstate
 from retsu.adapters.postgres.tables import MessageState
 from retsu.domain.maintenance import (
     NEVER_DELIVERED,
@@ -17,13 +37,23 @@ from retsu.domain.maintenance import (
     PurgedDeadLetters,
 )
 
+log = logging.getLogger("retsu.adapters.postgres.maintenance")
+
+_LOCK_TIMEOUT = sa.text("SET LOCAL lock_timeout = '200ms'")
+_ATTEMPTS = 10
+_RETRY_DELAY_SECONDS = 0.05
+
+# Expired: past ``expires_at``; an in-flight message only once its lease has ended
+# too (a consumer holding an active lease may still acknowledge it). Dequeue never
+# touches expired rows, so expiry wins over dead-lettering. Walks
+# queue_message_expiry_idx from the oldest expiry and stops at the batch size.
 _DELETE_EXPIRED = sa.text(
     f"""
     WITH doomed AS (
         SELECT id FROM queue_message
         WHERE expires_at <= now()
           AND (state = {int(MessageState.READY)} OR available_after <= now())
-        ORDER BY expires_at, id
+        ORDER BY expires_at
         LIMIT :batch_size
         FOR UPDATE SKIP LOCKED
     ), deleted AS (
@@ -37,12 +67,13 @@ _DELETE_EXPIRED = sa.text(
     """
 )
 
+# Strictly older than the retention: a record exactly ``retention_seconds`` old stays.
 _DELETE_OLD_DEAD_LETTERS = sa.text(
     """
     WITH doomed AS (
         SELECT id FROM queue_dead_letter_message
         WHERE dead_lettered_at < now() - make_interval(secs => :retention_seconds)
-        ORDER BY dead_lettered_at, id
+        ORDER BY dead_lettered_at
         LIMIT :batch_size
         FOR UPDATE SKIP LOCKED
     ), deleted AS (
@@ -56,16 +87,50 @@ _DELETE_OLD_DEAD_LETTERS = sa.text(
     """
 )
 
+# Idempotency-Keys are remembered for 24 h; older ones go, oldest first
+# (idempotency_key_created_idx).
+_DELETE_OLD_IDEMPOTENCY_KEYS = sa.text(
+    """
+    WITH doomed AS (
+        SELECT queue_id, key FROM idempotency_key
+        WHERE created_at < now() - make_interval(secs => :age_seconds)
+        ORDER BY created_at
+        LIMIT :batch_size
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM idempotency_key AS k USING doomed
+    WHERE k.queue_id = doomed.queue_id AND k.key = doomed.key
+    """
+)
+
 
 class PostgresMaintenance:
-    """Implements MessageMaintenance."""
+    """Implements MessageMaintenance and IdempotencyKeyMaintenance."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
+    async def _run(
+        self, statement: sa.TextClause, parameters: dict[str, Any], *, rows: bool = True
+    ) -> Sequence[Any] | int:
+        """One batch in its own transaction: the rows it returns (or its row count)."""
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                async with self._engine.begin() as connection:
+                    await connection.execute(_LOCK_TIMEOUT)
+                    result = await connection.execute(statement, parameters)
+                    return result.all() if rows else int(result.rowcount)
+            except DBAPIError as error:
+                code = sqlstate(error)
+                if attempt == _ATTEMPTS or code not in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
+                    raise
+                log.debug("cleaner batch gave way to a concurrent writer (%s); retrying", code)
+            await asyncio.sleep(_RETRY_DELAY_SECONDS * attempt)
+        raise AssertionError("unreachable")
+
     async def delete_expired_messages(self, batch_size: int) -> list[ExpiredMessages]:
-        async with self._engine.begin() as connection:
-            rows = (await connection.execute(_DELETE_EXPIRED, {"batch_size": batch_size})).all()
+        rows = await self._run(_DELETE_EXPIRED, {"batch_size": batch_size})
+        assert not isinstance(rows, int)
         return [
             ExpiredMessages(
                 queue_name=row.name,
@@ -80,11 +145,18 @@ class PostgresMaintenance:
     async def delete_dead_letters_older_than(
         self, retention_seconds: int, batch_size: int
     ) -> list[PurgedDeadLetters]:
-        async with self._engine.begin() as connection:
-            rows = (
-                await connection.execute(
-                    _DELETE_OLD_DEAD_LETTERS,
-                    {"retention_seconds": float(retention_seconds), "batch_size": batch_size},
-                )
-            ).all()
+        rows = await self._run(
+            _DELETE_OLD_DEAD_LETTERS,
+            {"retention_seconds": float(retention_seconds), "batch_size": batch_size},
+        )
+        assert not isinstance(rows, int)
         return [PurgedDeadLetters(queue_name=row.name, count=int(row.removed)) for row in rows]
+
+    async def delete_idempotency_keys_older_than(self, age_seconds: int, batch_size: int) -> int:
+        count = await self._run(
+            _DELETE_OLD_IDEMPOTENCY_KEYS,
+            {"age_seconds": float(age_seconds), "batch_size": batch_size},
+            rows=False,
+        )
+        assert isinstance(count, int)
+        return count

@@ -5,23 +5,41 @@ Times come from the database clock (``now()``), never from the API host.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 from uuid import UUID
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from retsu.adapters.ids import uuid7
 from retsu.adapters.postgres.errors import (
+    DEADLOCK_DETECTED,
     FOREIGN_KEY_VIOLATION,
+    LOCK_NOT_AVAILABLE,
+    SERIALIZATION_FAILURE,
     UNIQUE_VIOLATION,
     sqlstate,
 )
-from retsu.adapters.postgres.tables import MessageState, queue
-from retsu.domain.errors import QueueAlreadyExists, QueueNotFound
+from retsu.adapters.postgres.state import read_queue
+from retsu.adapters.postgres.tables import (
+    MessageState,
+    audit_log,
+    idempotency_key,
+    queue,
+    queue_dead_letter_message,
+    queue_message,
+)
+from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
+from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
+from retsu.domain.idempotency import IDEMPOTENCY_KEY_RETENTION_SECONDS, IdempotentEnqueued
 from retsu.domain.message import (
     REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
+    DeadLetter,
     DeliveredMessage,
     DequeueResult,
     MessageToStore,
@@ -30,6 +48,9 @@ from retsu.domain.message import (
 )
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 from retsu.domain.receipt import parse_receipt_handle
+from retsu.domain.state import PriorityState
+
+T = TypeVar("T")
 
 READY = int(MessageState.READY)
 IN_FLIGHT = int(MessageState.IN_FLIGHT)
@@ -130,20 +151,198 @@ _DEQUEUE = sa.text(
         RETURNING 1
     )
     SELECT claimed.*, counts.dead_lettered,
-           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists
+           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
+           -- Only when nothing was claimed (the subquery is an InitPlan, evaluated on
+           -- first use, so a successful claim never runs it): seconds until the next
+           -- delay or lease of the queue ends, two index probes. A long poll sleeps
+           -- until then instead of polling (docs/long-polling.md).
+           CASE WHEN claimed.id IS NULL THEN CAST(EXTRACT(epoch FROM (
+               SELECT min(upcoming.at) FROM (
+                   (SELECT available_after AS at FROM queue_message
+                    WHERE queue_id = :queue_id AND state = {READY} AND delivery_attempts = 0
+                      AND available_after > enqueued_at AND available_after > now()
+                    ORDER BY available_after LIMIT 1)
+                   UNION ALL
+                   (SELECT available_after FROM queue_message
+                    WHERE queue_id = :queue_id AND state = {IN_FLIGHT} AND available_after > now()
+                    ORDER BY available_after LIMIT 1)
+               ) AS upcoming
+           ) - now()) AS double precision) END AS next_available_in
     FROM (SELECT count(*) AS dead_lettered FROM buried) AS counts
     LEFT JOIN claimed ON true
     """
 )
 
+# The existence check rides along: another process's name cache may still know a
+# queue that is gone, and then the answer must be queue_not_found, not 204.
 _ACKNOWLEDGE = sa.text(
     f"""
-    DELETE FROM queue_message AS m
-    USING unnest(CAST(:ids AS uuid[]), CAST(:handles AS uuid[])) AS r(id, handle)
-    WHERE m.id = r.id AND m.queue_id = :queue_id AND m.state = {IN_FLIGHT}
-      AND m.receipt_handle = r.handle AND m.available_after > now()
+    WITH removed AS (
+        DELETE FROM queue_message AS m
+        USING unnest(CAST(:ids AS uuid[]), CAST(:handles AS uuid[])) AS r(id, handle)
+        WHERE m.id = r.id AND m.queue_id = :queue_id AND m.state = {IN_FLIGHT}
+          AND m.receipt_handle = r.handle AND m.available_after > now()
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM removed) AS removed,
+           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists
     """
 )
+
+
+# Idempotent enqueue, the first statement: claim the key (a new row, or one older than
+# the retention the cleaner has not removed yet) and, only if claimed, insert the
+# message — one statement, in the caller's transaction. A concurrent claimer of the
+# same key waits here for the other transaction (ON CONFLICT), then finds it taken.
+_ENQUEUE_IDEMPOTENT = sa.text(
+    f"""
+    WITH claimed AS (
+        INSERT INTO idempotency_key AS k (queue_id, key, message_id, fingerprint, created_at)
+        VALUES (:queue_id, :key, :id, :fingerprint, now())
+        ON CONFLICT (queue_id, key) DO UPDATE
+        SET message_id = excluded.message_id, fingerprint = excluded.fingerprint,
+            created_at = excluded.created_at
+        WHERE k.created_at <= now() - make_interval(secs => CAST(:retention AS integer))
+        RETURNING k.message_id
+    ), stored AS (
+        INSERT INTO queue_message
+            (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
+             delivery_attempts)
+        SELECT claimed.message_id, CAST(:queue_id AS uuid), CAST(:payload AS text),
+               CAST(:priority AS smallint), {READY}, now(),
+               now() + make_interval(secs => CAST(:ttl AS integer)),
+               now() + make_interval(secs => CAST(:delay AS integer)), 0
+        FROM claimed
+        RETURNING id
+    )
+    SELECT count(*) AS stored FROM stored
+    """
+)
+# ... and when the key was taken: the winner's row, read with a fresh snapshot (a new
+# statement), so a winner that committed while we waited is seen.
+_IDEMPOTENCY_KEY = sa.text(
+    "SELECT message_id, fingerprint FROM idempotency_key WHERE queue_id = :queue_id AND key = :key"
+)
+
+_CHANGE_VISIBILITY = sa.text(
+    f"""
+    WITH changed AS (
+        UPDATE queue_message
+        SET available_after = now() + make_interval(secs => :timeout)
+        WHERE id = :id AND queue_id = :queue_id AND state = {IN_FLIGHT}
+          AND receipt_handle = :handle AND available_after > now()
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM changed) AS changed,
+           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists
+    """
+)
+
+# Redrive: the record leaves dead-letter storage and comes back as a fresh message
+# (new id, attempts 0, the queue's default lifetime read in the same statement, same
+# priority), in one statement. The bulk form takes the oldest records first, skipping
+# any another redrive holds, and gives them the new ids (and enqueue order) in that order.
+_REDRIVE_ONE = sa.text(
+    f"""
+    WITH moved AS (
+        DELETE FROM queue_dead_letter_message
+        WHERE queue_id = :queue_id AND id = :message_id
+        RETURNING payload, priority
+    ), stored AS (
+        INSERT INTO queue_message
+            (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
+             delivery_attempts)
+        SELECT CAST(:new_id AS uuid), q.id, moved.payload, moved.priority, {READY}, now(),
+               now() + make_interval(secs => q.default_message_ttl_seconds), now(), 0
+        FROM moved JOIN queue AS q ON q.id = :queue_id
+        RETURNING id
+    )
+    SELECT count(*) AS stored FROM stored
+    """
+)
+_REDRIVE_MANY = sa.text(
+    f"""
+    WITH picked AS (
+        SELECT id
+        FROM queue_dead_letter_message
+        WHERE queue_id = :queue_id
+        ORDER BY dead_lettered_at, enqueue_order
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), moved AS (
+        DELETE FROM queue_dead_letter_message AS d
+        USING picked
+        WHERE d.id = picked.id
+        RETURNING d.payload, d.priority, d.dead_lettered_at, d.enqueue_order
+    ), numbered AS (
+        SELECT payload, priority,
+               row_number() OVER (ORDER BY dead_lettered_at, enqueue_order) AS n
+        FROM moved
+    ), stored AS (
+        INSERT INTO queue_message
+            (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
+             delivery_attempts)
+        SELECT ids.id, q.id, numbered.payload, numbered.priority, {READY}, now(),
+               now() + make_interval(secs => q.default_message_ttl_seconds), now(), 0
+        FROM numbered
+        JOIN unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS ids(id, n) ON ids.n = numbered.n
+        JOIN queue AS q ON q.id = :queue_id
+        ORDER BY numbered.n
+        RETURNING id
+    )
+    SELECT count(*) AS stored FROM stored
+    """
+)
+
+# Operator bulk changes (purge, delete) wait at most this long for any one lock, then
+# start over: they yield to message traffic instead of ever making a consumer's or
+# producer's transaction the victim of a deadlock (lock_timeout < deadlock_timeout).
+_OPERATOR_LOCK_TIMEOUT = sa.text("SET LOCAL lock_timeout = '200ms'")
+_OPERATOR_ATTEMPTS = 25
+_OPERATOR_RETRY_DELAY_SECONDS = 0.05
+
+_DELETE_ROLLUP = sa.text("DELETE FROM queue_state_rollup WHERE queue_id = :queue_id")
+
+_DEAD_LETTER_COLUMNS = (
+    queue_dead_letter_message.c.id,
+    queue_dead_letter_message.c.queue_id,
+    queue_dead_letter_message.c.payload,
+    queue_dead_letter_message.c.priority,
+    queue_dead_letter_message.c.delivery_attempts,
+    queue_dead_letter_message.c.enqueued_at,
+    queue_dead_letter_message.c.last_delivered_at,
+    queue_dead_letter_message.c.dead_lettered_at,
+    queue_dead_letter_message.c.reason,
+    queue_dead_letter_message.c.enqueue_order,
+)
+
+
+def _dead_letter_from_row(row: Any) -> DeadLetter:
+    return DeadLetter(
+        id=row.id,
+        queue_id=row.queue_id,
+        payload=row.payload,
+        priority=Priority(row.priority),
+        delivery_attempts=row.delivery_attempts,
+        enqueued_at=row.enqueued_at,
+        last_delivered_at=row.last_delivered_at,
+        dead_lettered_at=row.dead_lettered_at,
+        reason=row.reason,
+    )
+
+
+def _audit_insert(entry: AuditEntry) -> sa.Insert:
+    return sa.insert(audit_log).values(
+        id=uuid7(),
+        at=sa.func.now(),
+        actor=entry.caller.actor,
+        action=entry.action.value,
+        target_type=entry.target_type,
+        target_id=entry.target_id,
+        queue_id=entry.queue_id,
+        request_id=entry.caller.request_id,
+        details=entry.details,
+    )
 
 
 def _queue_from_row(row: Any) -> Queue:
@@ -161,15 +360,58 @@ def _queue_from_row(row: Any) -> Queue:
     )
 
 
+_CONSUMER_ATTEMPTS = 5
+_RETRYABLE = frozenset({DEADLOCK_DETECTED, SERIALIZATION_FAILURE})
+# Never a receipt handle Retsu hands out (they are random v4 UUIDs).
+_NO_HANDLE = UUID(int=0)
+
+
 class PostgresRepository:
-    """Implements QueueRepository and MessageRepository on PostgreSQL."""
+    """Implements QueueRepository, MessageRepository, DeadLetterRepository, AuditLog and
+    QueueStateReader on PostgreSQL."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        # Same pool; each statement commits on its own.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def _yielding(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run ``work`` in a transaction that waits at most briefly for each lock, and
+        start over when it had to give up (see ``_OPERATOR_LOCK_TIMEOUT``)."""
+        for attempt in range(1, _OPERATOR_ATTEMPTS + 1):
+            try:
+                async with self._engine.begin() as connection:
+                    await connection.execute(_OPERATOR_LOCK_TIMEOUT)
+                    return await work(connection)
+            except DBAPIError as error:
+                if attempt == _OPERATOR_ATTEMPTS or sqlstate(error) not in (
+                    LOCK_NOT_AVAILABLE,
+                    DEADLOCK_DETECTED,
+                ):
+                    raise
+            await asyncio.sleep(_OPERATOR_RETRY_DELAY_SECONDS * attempt)
+        raise AssertionError("unreachable")
+
+    async def _retrying(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run ``work`` — ONE statement, so its own transaction in autocommit mode (no
+        BEGIN/COMMIT round trips on the hot path) — again if PostgreSQL aborted it as a
+        deadlock victim. The rollup triggers of one statement lock their counter rows
+        in key order each, but a statement that fires several of them (a dequeue that
+        also dead-letters) can still form a cycle with a concurrent one; the aborted
+        statement changed nothing, so running it again is safe."""
+        for attempt in range(1, _CONSUMER_ATTEMPTS + 1):
+            try:
+                async with self._autocommit.connect() as connection:
+                    return await work(connection)
+            except DBAPIError as error:
+                if attempt == _CONSUMER_ATTEMPTS or sqlstate(error) not in _RETRYABLE:
+                    raise
+            await asyncio.sleep(random.uniform(0, 0.005 * attempt))
+        raise AssertionError("unreachable")
 
     # -- queues ---------------------------------------------------------------
 
-    async def add_queue(self, new: Queue) -> Queue:
+    async def add_queue(self, new: Queue, audit: AuditEntry) -> Queue:
         statement = (
             sa.insert(queue)
             .values(
@@ -187,6 +429,7 @@ class PostgresRepository:
         try:
             async with self._engine.begin() as connection:
                 row = (await connection.execute(statement)).one()
+                await connection.execute(_audit_insert(audit))
         except IntegrityError as error:
             if sqlstate(error) == UNIQUE_VIOLATION:
                 raise QueueAlreadyExists(new.name) from None
@@ -200,7 +443,9 @@ class PostgresRepository:
             ).one_or_none()
         return None if row is None else _queue_from_row(row)
 
-    async def update_queue(self, queue_id: UUID, update: QueueSettingsUpdate) -> Queue | None:
+    async def update_queue(
+        self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
+    ) -> Queue | None:
         values: dict[str, Any] = {"updated_at": sa.func.now()}
         if update.visibility_timeout_seconds is not None:
             values["visibility_timeout_seconds"] = update.visibility_timeout_seconds
@@ -208,12 +453,101 @@ class PostgresRepository:
             values["max_delivery_attempts"] = update.max_delivery_attempts
         if update.default_message_ttl_seconds is not None:
             values["default_message_ttl_seconds"] = update.default_message_ttl_seconds
+        return await self._change_queue(queue_id, values, audit)
+
+    async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:
+        return await self._change_queue(
+            queue_id, {"paused": paused, "updated_at": sa.func.now()}, audit
+        )
+
+    async def _change_queue(
+        self, queue_id: UUID, values: dict[str, Any], audit: AuditEntry
+    ) -> Queue | None:
         statement = (
             sa.update(queue).where(queue.c.id == queue_id).values(**values).returning(*queue.c)
         )
         async with self._engine.begin() as connection:
             row = (await connection.execute(statement)).one_or_none()
-        return None if row is None else _queue_from_row(row)
+            if row is None:
+                return None
+            await connection.execute(_audit_insert(audit))
+        return _queue_from_row(row)
+
+    async def list_queues(
+        self, *, limit: int, after: QueuePosition | None, name: str | None
+    ) -> list[Queue]:
+        # The name column is COLLATE "C": byte order, walked on its unique index.
+        statement = sa.select(*queue.c).order_by(queue.c.name).limit(limit)
+        if name is not None:
+            statement = statement.where(queue.c.name == name)
+        if after is not None:
+            statement = statement.where(queue.c.name > after.name)
+        async with self._engine.connect() as connection:
+            rows = (await connection.execute(statement)).all()
+        return [_queue_from_row(row) for row in rows]
+
+    async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None:
+        async def purge(connection: AsyncConnection) -> int | None:
+            # KEY SHARE: the queue cannot be deleted under the purge, while enqueues,
+            # dequeues and settings changes go on.
+            exists = await connection.execute(
+                sa.select(queue.c.id).where(queue.c.id == queue_id).with_for_update(key_share=True)
+            )
+            if exists.one_or_none() is None:
+                return None
+            result = await connection.execute(
+                sa.delete(queue_message).where(queue_message.c.queue_id == queue_id)
+            )
+            purged = int(result.rowcount)
+            await connection.execute(_audit_insert(audit.with_details(purged=purged)))
+            return purged
+
+        return await self._yielding(purge)
+
+    async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
+        async def delete(connection: AsyncConnection) -> bool:
+            # Lock the queue first: from here on no enqueue, dead-lettering or redrive of
+            # this queue can start (their foreign-key check waits, then fails).
+            row = (
+                await connection.execute(
+                    sa.select(queue.c.name).where(queue.c.id == queue_id).with_for_update()
+                )
+            ).one_or_none()
+            if row is None:
+                return False
+            # Messages and dead letters go explicitly, before the queue row, so their
+            # rollup triggers decrement the counters; then the counter rows themselves.
+            messages = await connection.execute(
+                sa.delete(queue_message).where(queue_message.c.queue_id == queue_id)
+            )
+            dead_letters = await connection.execute(
+                sa.delete(queue_dead_letter_message).where(
+                    queue_dead_letter_message.c.queue_id == queue_id
+                )
+            )
+            await connection.execute(
+                sa.delete(idempotency_key).where(idempotency_key.c.queue_id == queue_id)
+            )
+            await connection.execute(sa.delete(queue).where(queue.c.id == queue_id))
+            await connection.execute(_DELETE_ROLLUP, {"queue_id": queue_id})
+            await connection.execute(
+                _audit_insert(
+                    audit.with_details(
+                        name=row.name,
+                        messages=int(messages.rowcount),
+                        dead_letters=int(dead_letters.rowcount),
+                    )
+                )
+            )
+            return True
+
+        return await self._yielding(delete)
+
+    # -- queue state ------------------------------------------------------------
+
+    async def read_state(self, queue_id: UUID) -> list[PriorityState]:
+        async with self._engine.connect() as connection:
+            return await read_queue(connection, queue_id)
 
     # -- messages -------------------------------------------------------------
 
@@ -226,9 +560,11 @@ class PostgresRepository:
             "ttls": [m.ttl_seconds for m in messages],
             "delays": [m.delay_seconds for m in messages],
         }
+        async def enqueue(connection: AsyncConnection) -> None:
+            await connection.execute(_ENQUEUE, parameters)
+
         try:
-            async with self._engine.begin() as connection:
-                await connection.execute(_ENQUEUE, parameters)
+            await self._retrying(enqueue)
         except DBAPIError as error:
             if sqlstate(error) == FOREIGN_KEY_VIOLATION:
                 raise QueueNotFound(queue_id) from None
@@ -243,20 +579,19 @@ class PostgresRepository:
         max_delivery_attempts: int,
         dead_letter_batch_size: int,
     ) -> DequeueResult:
-        async with self._engine.begin() as connection:
-            rows = (
-                await connection.execute(
-                    _DEQUEUE,
-                    {
-                        "queue_id": queue_id,
-                        "limit": limit,
-                        "visibility_timeout": float(visibility_timeout_seconds),
-                        "max_attempts": max_delivery_attempts,
-                        "elapsed_batch": dead_letter_batch_size,
-                        "reason": REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
-                    },
-                )
-            ).all()
+        parameters = {
+            "queue_id": queue_id,
+            "limit": limit,
+            "visibility_timeout": float(visibility_timeout_seconds),
+            "max_attempts": max_delivery_attempts,
+            "elapsed_batch": dead_letter_batch_size,
+            "reason": REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
+        }
+
+        async def dequeue(connection: AsyncConnection) -> Sequence[Any]:
+            return (await connection.execute(_DEQUEUE, parameters)).all()
+
+        rows = await self._retrying(dequeue)
         if not rows[0].queue_exists:
             raise QueueNotFound(queue_id)
         dead_lettered = int(rows[0].dead_lettered)
@@ -277,7 +612,68 @@ class PostgresRepository:
                 for row in claimed
             ],
             dead_lettered=dead_lettered,
+            next_available_in_seconds=None if claimed else rows[0].next_available_in,
         )
+
+    async def enqueue_idempotent(
+        self, queue_id: UUID, message: MessageToStore, key: str, fingerprint: bytes
+    ) -> IdempotentEnqueued:
+        parameters = {
+            "queue_id": queue_id,
+            "key": key,
+            "id": message.id,
+            "fingerprint": fingerprint,
+            "retention": IDEMPOTENCY_KEY_RETENTION_SECONDS,
+            "payload": message.payload,
+            "priority": int(message.priority),
+            "ttl": message.ttl_seconds,
+            "delay": message.delay_seconds,
+        }
+        # A key can vanish between the two statements (the cleaner, or the queue being
+        # deleted): then the claim is simply tried again.
+        for _ in range(3):
+            try:
+                async with self._engine.begin() as connection:
+                    stored = (await connection.execute(_ENQUEUE_IDEMPOTENT, parameters)).scalar()
+                    if stored:
+                        return IdempotentEnqueued(message.id, replayed=False)
+                    known = (
+                        await connection.execute(
+                            _IDEMPOTENCY_KEY, {"queue_id": queue_id, "key": key}
+                        )
+                    ).one_or_none()
+            except DBAPIError as error:
+                if sqlstate(error) == FOREIGN_KEY_VIOLATION:
+                    raise QueueNotFound(queue_id) from None
+                raise
+            if known is not None:
+                if bytes(known.fingerprint) != fingerprint:
+                    raise IdempotencyKeyConflict()
+                return IdempotentEnqueued(known.message_id, replayed=True)
+            if await self.get_queue(queue_id) is None:
+                raise QueueNotFound(queue_id)
+        raise RuntimeError("the Idempotency-Key kept vanishing; try again")
+
+    async def change_visibility(
+        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
+    ) -> bool:
+        # A handle that is not even a UUID is simply not the current delivery; the
+        # statement still runs (matching nothing) so a missing queue is reported.
+        handle = parse_receipt_handle(receipt.receipt_handle) or _NO_HANDLE
+        parameters = {
+            "queue_id": queue_id,
+            "id": receipt.message_id,
+            "handle": handle,
+            "timeout": float(visibility_timeout_seconds),
+        }
+
+        async def change(connection: AsyncConnection) -> Any:
+            return (await connection.execute(_CHANGE_VISIBILITY, parameters)).one()
+
+        row = await self._retrying(change)
+        if not row.queue_exists:
+            raise QueueNotFound(queue_id)
+        return int(row.changed) == 1
 
     async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
         ids: list[UUID] = []
@@ -287,10 +683,147 @@ class PostgresRepository:
             if handle is not None:  # a handle that is not even a UUID is simply stale
                 ids.append(receipt.message_id)
                 handles.append(handle)
-        if not ids:
-            return 0
-        async with self._engine.begin() as connection:
-            result = await connection.execute(
-                _ACKNOWLEDGE, {"queue_id": queue_id, "ids": ids, "handles": handles}
+        parameters = {"queue_id": queue_id, "ids": ids, "handles": handles}
+
+        async def acknowledge(connection: AsyncConnection) -> Any:
+            return (await connection.execute(_ACKNOWLEDGE, parameters)).one()
+
+        row = await self._retrying(acknowledge)
+        if not row.queue_exists:
+            raise QueueNotFound(queue_id)
+        return int(row.removed)
+
+    # -- dead letters -----------------------------------------------------------
+
+    async def list_dead_letters(
+        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
+    ) -> list[tuple[DeadLetter, DeadLetterPosition]]:
+        t = queue_dead_letter_message
+        statement = (
+            sa.select(*_DEAD_LETTER_COLUMNS)
+            .where(t.c.queue_id == queue_id)
+            .order_by(t.c.dead_lettered_at.desc(), t.c.enqueue_order.desc())
+            .limit(limit)
+        )
+        if after is not None:
+            statement = statement.where(
+                sa.tuple_(t.c.dead_lettered_at, t.c.enqueue_order)
+                < sa.tuple_(
+                    sa.bindparam(
+                        "after_at", after.dead_lettered_at, type_=t.c.dead_lettered_at.type
+                    ),
+                    sa.bindparam("after_order", after.enqueue_order, type_=sa.BigInteger),
+                )
             )
-        return int(result.rowcount)
+        async with self._engine.connect() as connection:
+            rows = (await connection.execute(statement)).all()
+        return [
+            (
+                _dead_letter_from_row(row),
+                DeadLetterPosition(row.dead_lettered_at, row.enqueue_order),
+            )
+            for row in rows
+        ]
+
+    async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None:
+        t = queue_dead_letter_message
+        statement = sa.select(*_DEAD_LETTER_COLUMNS).where(
+            t.c.queue_id == queue_id, t.c.id == message_id
+        )
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(statement)).one_or_none()
+        return None if row is None else _dead_letter_from_row(row)
+
+    # Redrives and deletions are operator actions: like purge and delete they yield to
+    # message traffic (a dequeue that dead-letters touches the same state counters).
+
+    async def redrive_dead_letter(
+        self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
+    ) -> bool:
+        parameters = {"queue_id": queue_id, "message_id": message_id, "new_id": new_id}
+
+        async def redrive(connection: AsyncConnection) -> bool:
+            stored = (await connection.execute(_REDRIVE_ONE, parameters)).scalar_one()
+            if not stored:
+                return False
+            await connection.execute(_audit_insert(audit))
+            return True
+
+        return await self._yielding(redrive)
+
+    async def redrive_dead_letters(
+        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
+    ) -> int:
+        parameters = {"queue_id": queue_id, "ids": list(new_ids), "limit": len(new_ids)}
+
+        async def redrive(connection: AsyncConnection) -> int:
+            stored = int((await connection.execute(_REDRIVE_MANY, parameters)).scalar_one())
+            await connection.execute(_audit_insert(audit.with_details(redriven=stored)))
+            return stored
+
+        return await self._yielding(redrive)
+
+    async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
+        t = queue_dead_letter_message
+        statement = sa.delete(t).where(t.c.queue_id == queue_id, t.c.id == message_id)
+
+        async def delete(connection: AsyncConnection) -> bool:
+            if int((await connection.execute(statement)).rowcount) == 0:
+                return False
+            await connection.execute(_audit_insert(audit))
+            return True
+
+        return await self._yielding(delete)
+
+    # -- audit log --------------------------------------------------------------
+
+    async def list_audit_records(
+        self,
+        *,
+        limit: int,
+        after: AuditPosition | None,
+        queue_id: UUID | None,
+        action: AuditAction | None,
+    ) -> list[AuditRecord]:
+        t = audit_log
+        statement = (
+            sa.select(
+                t.c.id,
+                t.c.at,
+                t.c.actor,
+                t.c.action,
+                t.c.target_type,
+                t.c.target_id,
+                t.c.request_id,
+                t.c.details,
+            )
+            .order_by(t.c.at.desc(), t.c.id.desc())
+            .limit(limit)
+        )
+        if queue_id is not None:
+            statement = statement.where(t.c.queue_id == queue_id)
+        if action is not None:
+            statement = statement.where(t.c.action == action.value)
+        if after is not None:
+            statement = statement.where(
+                sa.tuple_(t.c.at, t.c.id)
+                < sa.tuple_(
+                    sa.bindparam("after_at", after.at, type_=t.c.at.type),
+                    sa.bindparam("after_id", after.id, type_=t.c.id.type),
+                )
+            )
+        async with self._engine.connect() as connection:
+            rows = (await connection.execute(statement)).all()
+        return [
+            AuditRecord(
+                id=row.id,
+                at=row.at,
+                actor=row.actor,
+                action=row.action,
+                target_type=row.target_type,
+                target_id=row.target_id,
+                request_id=row.request_id,
+                details=dict(row.details),
+            )
+            for row in rows
+        ]

@@ -22,6 +22,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from retsu.domain.message import Priority
 from retsu.domain.state import PriorityState
 
+# Plans must not depend on statistics: right after a bulk load the table has none,
+# the planner falls back to default selectivities and (measured) walked the whole
+# READY backlog to count 50 expired rows, and sorted every active lease to find the
+# oldest one. So each part is written so that only its intended index can serve it:
+#  * expired: a MATERIALIZED walk of queue_message_expiry_idx in expiry order (no
+#    other index has expires_at, and no outer condition can be pushed into it);
+#  * delayed: the partial queue_message_delayed_idx, whose predicate it repeats;
+#  * elapsed: the partial queue_message_lease_idx, per queue;
+#  * heads: queue_message_order_idx in delivery order, LIMIT 1. Their time tests are
+#    written as ``col + interval '0' <op> now()`` on purpose: an expression is a
+#    filter, never an index condition, so no index on those columns can look like a
+#    cheaper start than the ordered walk that stops at the first qualifying row.
 _STATE = """
 WITH scope AS (
     SELECT id, name, max_delivery_attempts FROM queue {queue_filter}
@@ -30,16 +42,21 @@ WITH scope AS (
            sum(r.dead_letters) AS dead_letters
     FROM scope JOIN queue_state_rollup AS r ON r.queue_id = scope.id
     GROUP BY r.queue_id, r.priority
+), expired AS MATERIALIZED (
+    SELECT queue_id, priority, state
+    FROM queue_message
+    WHERE expires_at <= now()
+    ORDER BY expires_at
 ), expired_ready AS (
-    SELECT m.queue_id, m.priority, count(*) AS n
-    FROM queue_message AS m
-    WHERE m.expires_at <= now() AND m.state = 1 {message_filter}
-    GROUP BY m.queue_id, m.priority
+    SELECT queue_id, priority, count(*) AS n
+    FROM expired
+    WHERE state = 1 {expired_filter}
+    GROUP BY queue_id, priority
 ), delayed AS (
     SELECT m.queue_id, m.priority, count(*) AS n
-    FROM scope JOIN queue_message AS m ON m.queue_id = scope.id
+    FROM queue_message AS m
     WHERE m.state = 1 AND m.delivery_attempts = 0 AND m.available_after > m.enqueued_at
-      AND m.available_after > now()
+      AND m.available_after > now() {message_filter}
     GROUP BY m.queue_id, m.priority
 ), elapsed AS (
     SELECT m.queue_id, m.priority, count(*) AS n,
@@ -56,11 +73,11 @@ WITH scope AS (
     SELECT scope.id AS queue_id, p.priority,
         (SELECT enqueued_at FROM queue_message
          WHERE queue_id = scope.id AND state = 1 AND priority = p.priority
-           AND available_after <= now() AND expires_at > now()
+           AND available_after + interval '0' <= now() AND expires_at + interval '0' > now()
          ORDER BY enqueue_order LIMIT 1) AS oldest_ready,
         (SELECT enqueued_at FROM queue_message
          WHERE queue_id = scope.id AND state = 2 AND priority = p.priority
-           AND available_after > now()
+           AND available_after + interval '0' > now()
          ORDER BY enqueue_order LIMIT 1) AS oldest_in_flight
     FROM scope CROSS JOIN (VALUES (1::smallint), (2::smallint), (3::smallint)) AS p(priority)
 )
@@ -83,9 +100,13 @@ LEFT JOIN elapsed AS e ON e.queue_id = scope.id AND e.priority = heads.priority
 ORDER BY scope.name, heads.priority DESC
 """
 
-ALL_QUEUES = sa.text(_STATE.format(queue_filter="", message_filter=""))
+ALL_QUEUES = sa.text(_STATE.format(queue_filter="", expired_filter="", message_filter=""))
 ONE_QUEUE = sa.text(
-    _STATE.format(queue_filter="WHERE id = :queue_id", message_filter="AND m.queue_id = :queue_id")
+    _STATE.format(
+        queue_filter="WHERE id = :queue_id",
+        expired_filter="AND queue_id = :queue_id",
+        message_filter="AND m.queue_id = :queue_id",
+    )
 )
 
 

@@ -65,3 +65,35 @@ queue_dead_letter_message = sa.Table(
     sa.Column("dead_lettered_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
 )
+
+idempotency_key = sa.Table(
+    "idempotency_key",
+    metadata,
+    sa.Column("queue_id", pg.UUID(as_uuid=True), sa.ForeignKey("queue.id"), primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("message_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("fingerprint", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("target_type", sa.Text, nullable=False),
+    sa.Column("target_id", sa.Text, nullable=False),
+    sa.Column("queue_id", pg.UUID(as_uuid=True)),
+    sa.Column("request_id", sa.Text),
+    sa.Column("details", pg.JSONB, nullable=False),
+)
+
+server_secret = sa.Table(
+    "server_secret",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)

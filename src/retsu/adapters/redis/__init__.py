@@ -1,0 +1,1 @@
+"""The shared (Redis-compatible) cache of queue details (SPEC §4)."""

@@ -12,7 +12,8 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
@@ -28,9 +29,28 @@ __all__ = [
     "PrettyFormatter",
     "SecretRedactingFilter",
     "configure_logging",
+    "current_request_id",
     "parse_log_filter",
     "redact_secrets",
+    "set_trace_context_source",
 ]
+
+# The id of the HTTP request being answered (set by the HTTP adapter's request-id
+# middleware); every line logged while answering it carries ``request_id``.
+current_request_id: ContextVar[str | None] = ContextVar("retsu_request_id", default=None)
+
+# Returns ``(trace_id, span_id)`` in W3C hex of the current span, or None. Installed by
+# the tracing adapter only when tracing is on, so logging never imports OpenTelemetry and
+# costs nothing extra without it.
+TraceContextSource = Callable[[], "tuple[str, str] | None"]
+_trace_context_source: TraceContextSource | None = None
+
+
+def set_trace_context_source(source: TraceContextSource | None) -> None:
+    """Make every line logged inside a span carry ``trace_id`` and ``span_id``."""
+    global _trace_context_source
+    _trace_context_source = source
+
 
 # Above CRITICAL, so a logger set to it lets nothing through.
 OFF: Final = logging.CRITICAL + 10
@@ -164,6 +184,19 @@ _RESERVED: Final = frozenset(
 )
 
 
+def _request_context(fields: dict[str, Any]) -> None:
+    """Add ``request_id`` / ``trace_id`` / ``span_id`` of the request or span being served
+    (a caller's own ``extra`` value wins)."""
+    request_id = current_request_id.get()
+    if request_id is not None and "request_id" not in fields:
+        fields["request_id"] = request_id
+    source = _trace_context_source
+    if source is not None and "trace_id" not in fields:
+        ids = source()
+        if ids is not None:
+            fields["trace_id"], fields["span_id"] = ids
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     moment = datetime.fromtimestamp(record.created, UTC)
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{int(record.msecs):03d}Z"
@@ -208,6 +241,7 @@ class JsonFormatter(_ContextFormatter):
         payload.update(
             (key, value) for key, value in _extras(record).items() if key not in _RESERVED
         )
+        _request_context(payload)
         payload.update(self.context)
         exception = self._exception(record)
         if exception:
@@ -240,6 +274,7 @@ class PrettyFormatter(_ContextFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {k: v for k, v in _extras(record).items() if k not in _RESERVED}
+        _request_context(fields)
         fields.update(self.context)
         pairs = " ".join(f"{key}={_pretty_value(value)}" for key, value in fields.items())
         line = (

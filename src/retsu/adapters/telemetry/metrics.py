@@ -18,12 +18,16 @@ process writing to that directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -89,6 +93,12 @@ class Metrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.max_queues = max_queues
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        if registry is None:
+            # process_* (CPU, memory, file descriptors) and python_* series: every role
+            # exports them, standbys included.
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
         self._queue_labels: dict[str, str] = {}
         self._known_queues = 0
         # Labelled children of the hot-path metrics, so a request does not pay for
@@ -287,6 +297,20 @@ class Metrics:
     def db_operation_finished(self, operation: str, outcome: str, duration_seconds: float) -> None:
         """``operation`` is a fixed name (``dequeue``…); ``outcome`` is ``success`` or ``error``."""
         self._db_operation.labels(operation, outcome).observe(duration_seconds)
+
+    def db_operation_observers(
+        self, operation: str
+    ) -> tuple[Callable[[float], None], Callable[[float], None]]:
+        """Pre-labelled ``observe`` functions for one operation: (success, error).
+
+        For the instrumenting decorator, which resolves them once per operation so a call
+        does not pay for ``labels()``. ``operation`` must come from a fixed set (method
+        names), never from request data.
+        """
+        return (
+            self._db_operation.labels(operation, "success").observe,
+            self._db_operation.labels(operation, "error").observe,
+        )
 
     # -- caches --------------------------------------------------------------------
 

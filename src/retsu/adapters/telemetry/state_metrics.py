@@ -2,7 +2,9 @@
 
 Nothing here touches the database: a scrape reads the last snapshot the leader
 published. The gauges are registered only when this process first becomes
-leader, so standbys never export state (not even zeros).
+leader, so standbys never export state (not even zeros), and they go quiet again
+when leadership ends (an old leader that is shutting down must not show a
+snapshot beside its successor's).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class _StateGauges(Collector):
         self._exporter = exporter
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
+        if not self._exporter.leading:
+            return  # an ex-leader (shutting down) exports nothing, not even empty families
         snapshot = self._exporter.snapshot
         ready = GaugeMetricFamily(
             "queue_messages_ready",
@@ -75,11 +79,13 @@ class StateMetricsExporter:
         self.metrics = metrics
         self._clock = clock
         self.snapshot: StateSnapshot | None = None
+        self.leading = False
         self._registered = False
         self._collections: Counter | None = None
         self._duration: Histogram | None = None
 
     def leadership_acquired(self) -> None:
+        self.leading = True
         if self._registered:
             return
         registry = self.metrics.registry
@@ -97,6 +103,10 @@ class StateMetricsExporter:
         )
         registry.register(_StateGauges(self))
         self._registered = True
+
+    def leadership_released(self) -> None:
+        self.leading = False
+        self.snapshot = None
 
     def publish(self, snapshot: StateSnapshot) -> None:
         self.snapshot = snapshot

@@ -1,4 +1,5 @@
-"""Message routes: enqueue (one or a batch), dequeue, acknowledge (one or a batch)."""
+"""Message routes: enqueue (one, idempotently, or a batch), dequeue, acknowledge (one or a
+batch), visibility changes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from retsu.adapters.http.dto import (
     BATCH_ENQUEUE,
     DEQUEUE,
     MESSAGE,
+    VISIBILITY,
     IdOut,
     IdsOut,
     MessageBody,
@@ -27,14 +29,33 @@ from retsu.adapters.http.dto import (
 from retsu.adapters.http.problems import RequestProblem
 from retsu.adapters.http.services import ApiServices
 from retsu.application.acknowledge import AcknowledgeCommand
+from retsu.application.change_visibility import ChangeVisibilityCommand
 from retsu.application.dequeue import DequeueCommand
 from retsu.application.enqueue import EnqueueCommand
+from retsu.application.enqueue_idempotent import EnqueueIdempotentCommand
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.errors import InvalidInput
 from retsu.domain.message import NewMessage, Receipt
 
 MAX_BATCH_SIZE = 100
 _DEFAULT_DEQUEUE = DequeueOptions()
+IDEMPOTENCY_KEY_HEADER = b"idempotency-key"
+_REPLAYED = {"idempotent-replayed": "true"}
+
+
+def _idempotency_key(request: Request[Any, Any, Any]) -> str | None:
+    """The Idempotency-Key header as sent (None when absent). Sent twice, it is refused:
+    which of the two would count is anybody's guess."""
+    values = [value for name, value in request.scope["headers"] if name == IDEMPOTENCY_KEY_HEADER]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise RequestProblem(
+            400, "invalid_idempotency_key", "Send at most one Idempotency-Key header."
+        )
+    # Latin-1 maps every byte to one character, so a non-ASCII byte stays visible to
+    # the domain's check (and is refused there).
+    return values[0].decode("latin-1")
 
 
 def _check_batch_size(size: int) -> None:
@@ -66,23 +87,40 @@ def _new_messages(bodies: Sequence[MessageBody]) -> list[NewMessage]:
 
 def message_routes(services: ApiServices) -> list[HTTPRouteHandler]:
     enqueue = services.enqueue
+    enqueue_idempotent = services.enqueue_idempotent
     dequeue = services.dequeue
     acknowledge = services.acknowledge
+    change_visibility = services.change_visibility
 
     @post("/v1/queues/{queue_id:str}/messages")
     async def enqueue_one(
         request: Request[Any, Any, Any], queue_id: FromPath[str]
     ) -> Response[bytes]:
         qid = parse_path_id(queue_id, "queue_id")
+        key = _idempotency_key(request)
         message = _new_message(await read_json(request, MESSAGE))
-        ids = await enqueue(EnqueueCommand(queue_id=qid, messages=(message,)))
-        return json_response(IdOut(id=ids[0]), 201)
+        if key is None:
+            ids = await enqueue(EnqueueCommand(queue_id=qid, messages=(message,)))
+            return json_response(IdOut(id=ids[0]), 201)
+        result = await enqueue_idempotent(
+            EnqueueIdempotentCommand(queue_id=qid, message=message, idempotency_key=key)
+        )
+        if result.replayed:
+            return json_response(IdOut(id=result.id), 200, _REPLAYED)
+        return json_response(IdOut(id=result.id), 201)
 
     @post("/v1/queues/{queue_id:str}/messages/batch")
     async def enqueue_batch(
         request: Request[Any, Any, Any], queue_id: FromPath[str]
     ) -> Response[bytes]:
         qid = parse_path_id(queue_id, "queue_id")
+        if _idempotency_key(request) is not None:
+            raise RequestProblem(
+                400,
+                "invalid_idempotency_key",
+                "The batch route does not take an Idempotency-Key; send messages one by one "
+                "to make them idempotent.",
+            )
         body = await read_json(request, BATCH_ENQUEUE)
         _check_batch_size(len(body.messages))
         messages = _new_messages(body.messages)
@@ -137,4 +175,27 @@ def message_routes(services: ApiServices) -> list[HTTPRouteHandler]:
         )
         return no_content()
 
-    return [enqueue_one, enqueue_batch, dequeue_messages, acknowledge_one, acknowledge_batch]
+    @post("/v1/queues/{queue_id:str}/messages/{message_id:str}/visibility")
+    async def visibility(
+        request: Request[Any, Any, Any], queue_id: FromPath[str], message_id: FromPath[str]
+    ) -> Response[bytes]:
+        qid = parse_path_id(queue_id, "queue_id")
+        mid = parse_path_id(message_id, "message_id")
+        body = await read_json(request, VISIBILITY)
+        await change_visibility(
+            ChangeVisibilityCommand(
+                queue_id=qid,
+                receipt=Receipt(mid, body.receipt_handle),
+                visibility_timeout_seconds=body.visibility_timeout_seconds,
+            )
+        )
+        return no_content()
+
+    return [
+        enqueue_one,
+        enqueue_batch,
+        dequeue_messages,
+        acknowledge_one,
+        acknowledge_batch,
+        visibility,
+    ]

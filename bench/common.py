@@ -1,0 +1,276 @@
+"""What the three systems share: databases of their own, payloads, SQL prefill, monitors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import asyncpg
+import psutil  # type: ignore[import-untyped]
+
+PAYLOAD_BYTES = 512
+# Retsu's priorities and their stored values; the mix is HIGH, MEDIUM, LOW in turn.
+PRIORITY_VALUES = (3, 2, 1)
+DEFAULT_TTL_SECONDS = 604800  # a queue's default message lifetime (7 days)
+
+
+def payload(size: int = PAYLOAD_BYTES) -> str:
+    """A fixed ASCII payload of exactly ``size`` bytes."""
+    unit = "retsu-benchmark-payload/"
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+class OpError(Exception):
+    """An operation answered something other than success (counted, not fatal)."""
+
+
+def plain_url(url: str) -> str:
+    """asyncpg wants postgresql:// without a driver suffix."""
+    for prefix in ("postgresql+asyncpg://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+def url_for(admin_url: str, database: str) -> str:
+    parts = urlsplit(plain_url(admin_url))
+    return parts._replace(path=f"/{database}").geturl()
+
+
+@dataclass
+class Databases:
+    """Creates databases of the benchmark's own and drops every one of them at the end.
+
+    Names carry the pid and a random suffix, so a run never touches other data.
+    """
+
+    admin_url: str
+    run_id: str = field(default_factory=lambda: f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
+    created: list[str] = field(default_factory=list)
+
+    async def create(self, label: str) -> str:
+        name = f"retsu_bench_{self.run_id}_{label}"
+        admin = await asyncpg.connect(plain_url(self.admin_url))
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        self.created.append(name)
+        return url_for(self.admin_url, name)
+
+    async def drop_all(self) -> None:
+        if not self.created:
+            return
+        admin = await asyncpg.connect(plain_url(self.admin_url))
+        try:
+            while self.created:
+                name = self.created.pop()
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+    def names(self) -> list[str]:
+        return list(self.created)
+
+
+# Rows exactly as Retsu's enqueue statement writes them (READY, never delivered,
+# enqueued now, lifetime from the TTL, deliverable now), in one INSERT ... SELECT.
+# Ids are UUIDv7-shaped (millisecond time prefix, version 7, RFC 4122 variant), as
+# Retsu's own id generator makes them, so the primary key sees the same locality.
+RETSU_PREFILL = """
+INSERT INTO queue_message
+    (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
+     delivery_attempts)
+SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+        || '7' || substr(md5(i::text || random()::text), 1, 3)
+        || substr('89ab', 1 + floor(random() * 4)::int, 1)
+        || substr(md5(random()::text || i::text), 1, 15))::uuid,
+       $1, $2, (ARRAY[3, 2, 1])[1 + i % 3]::smallint, 1, now(),
+       now() + make_interval(secs => $3), now(), 0
+FROM generate_series(1, $4::integer) AS i
+ORDER BY i
+"""
+
+
+async def retsu_prefill(
+    connection: asyncpg.Connection, queue_id: uuid.UUID, count: int, body: str
+) -> None:
+    await connection.execute(RETSU_PREFILL, queue_id, body, float(DEFAULT_TTL_SECONDS), count)
+
+
+async def retsu_reset(connection: asyncpg.Connection) -> None:
+    """Remove every message (triggers keep the rollup exact) and vacuum the table."""
+    await connection.execute("DELETE FROM queue_message")
+    await connection.execute("VACUUM queue_message")
+
+
+# -- monitors -----------------------------------------------------------------
+
+
+class RssSampler:
+    """Samples the resident set size of some processes every ``interval`` seconds."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.peaks: dict[int, int] = {}
+        self.labels: dict[int, str] = {}
+        self._processes: dict[int, psutil.Process] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def watch(self, pid: int, label: str) -> None:
+        with self._lock:
+            try:
+                self._processes[pid] = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                return
+            self.labels[pid] = label
+            self.peaks.setdefault(pid, 0)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                processes = list(self._processes.items())
+            for pid, process in processes:
+                try:
+                    rss = process.memory_info().rss
+                except psutil.Error:
+                    continue
+                if rss > self.peaks.get(pid, 0):
+                    self.peaks[pid] = rss
+
+
+@dataclass
+class CpuSnapshot:
+    wall: float
+    bench: float
+    api: dict[int, float]
+    backends: dict[int, float]
+    machine_busy: float
+    machine_total: float
+
+
+def _process_cpu(pids: Iterable[int]) -> dict[int, float]:
+    times: dict[int, float] = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        times[pid] = t.user + t.system
+    return times
+
+
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def backend_pids(connection: asyncpg.Connection, databases: list[str]) -> list[int]:
+    rows = await connection.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE datname = ANY($1::text[]) AND pid <> "
+        "pg_backend_pid()",
+        databases,
+    )
+    return [int(row["pid"]) for row in rows]
+
+
+def cpu_snapshot(api_pids: Iterable[int], backend: Iterable[int]) -> CpuSnapshot:
+    machine = psutil.cpu_times()
+    total = sum(machine)
+    idle = machine.idle + getattr(machine, "iowait", 0.0)
+    return CpuSnapshot(
+        wall=time.perf_counter(),
+        bench=_self_cpu(),
+        api=_process_cpu(api_pids),
+        backends=_process_cpu(backend),
+        machine_busy=total - idle,
+        machine_total=total,
+    )
+
+
+@dataclass
+class CpuUse:
+    """Cores in use on average over a window (1.0 = one core fully busy)."""
+
+    seconds: float
+    bench: float
+    api: float
+    postgres: float
+    machine: float  # every process on the machine, ours and everyone else's
+    cores: int
+
+    @property
+    def other(self) -> float:
+        return max(0.0, self.machine - self.bench - self.api - self.postgres)
+
+    @property
+    def bench_share(self) -> float:
+        """The load generator's share of the CPU used by the system under test plus it."""
+        used = self.bench + self.api + self.postgres
+        return self.bench / used if used > 0 else 0.0
+
+
+def cpu_use(start: CpuSnapshot, end: CpuSnapshot) -> CpuUse:
+    seconds = max(end.wall - start.wall, 1e-9)
+    api = sum(t - start.api.get(pid, 0.0) for pid, t in end.api.items())
+    postgres = sum(t - start.backends.get(pid, 0.0) for pid, t in end.backends.items())
+    total = max(end.machine_total - start.machine_total, 1e-9)
+    cores = psutil.cpu_count() or 1
+    machine = (end.machine_busy - start.machine_busy) / total * cores
+    return CpuUse(
+        seconds=seconds,
+        bench=(end.bench - start.bench) / seconds,
+        api=api / seconds,
+        postgres=postgres / seconds,
+        machine=machine,
+        cores=cores,
+    )
+
+
+class CpuWindow:
+    """CPU use of the bench process, the API processes and our PostgreSQL backends."""
+
+    def __init__(self, admin_url: str, databases: list[str], api_pids: list[int]) -> None:
+        self._admin_url = admin_url
+        self._databases = databases
+        self._api_pids = api_pids
+        self._start: CpuSnapshot | None = None
+
+    async def _backends(self) -> list[int]:
+        connection = await asyncpg.connect(plain_url(self._admin_url))
+        try:
+            return await backend_pids(connection, self._databases)
+        finally:
+            await connection.close()
+
+    async def begin(self) -> None:
+        self._start = cpu_snapshot(self._api_pids, await self._backends())
+
+    async def end(self) -> CpuUse:
+        assert self._start is not None
+        # Backends are listed after the snapshot's wall clock would drift; list first.
+        pids = await self._backends()
+        return cpu_use(self._start, cpu_snapshot(self._api_pids, pids))
+
+
+async def sleep_until(deadline: float) -> None:
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -1,0 +1,206 @@
+"""Runs every scenario on every system, interleaved, and collects the results.
+
+Scenario-major order: each scenario runs on Retsu, then the floor, then PgQueuer,
+before the next scenario starts, so the three systems of one row are measured
+minutes apart at most on a machine whose background load drifts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from bench import scenarios
+from bench.common import CpuUse, CpuWindow, Databases, RssSampler
+from bench.floor import FloorSystem
+from bench.pgqueuer_system import PgQueuerSystem
+from bench.retsu_system import RetsuSystem
+from bench.scenarios import Config, Result, System
+
+
+@dataclass
+class Options:
+    admin_url: str
+    workers: int = 2
+    db_connections: int = 10
+    pgq_consumers: int = 5
+    redis_url: str | None = None
+    connect_burst: bool = False
+    systems: tuple[str, ...] = ("retsu", "floor", "pgqueuer")
+    scenarios: tuple[str, ...] = scenarios.SCENARIOS
+    config: Config = field(default_factory=Config)
+
+
+@dataclass
+class RunOutcome:
+    results: list[Result]
+    rss_peaks: dict[str, int]  # label -> bytes
+    started: float
+    finished: float
+    options: Options
+
+
+class _Window:
+    def __init__(self, admin_url: str, databases: list[str], api_pids: list[int]) -> None:
+        self._inner = CpuWindow(admin_url, databases, api_pids)
+
+    async def begin(self) -> None:
+        await self._inner.begin()
+
+    async def end(self) -> CpuUse:
+        return await self._inner.end()
+
+
+def mixed_peak(cfg: Config, enqueue: float, consume: float | None) -> tuple[float, str]:
+    """The peak a mixed load is a fraction of, and how it was found.
+
+    ``combined``: producers and consumers at the same rate r share one capacity, so
+    the peak is the r where r / enqueue_peak + r / dequeue_ack_peak = 1 (each measured
+    alone earlier in the run). ``enqueue``: the single-enqueue peak alone, which
+    offers more than the system can serve once consumers are added.
+    """
+    if cfg.mixed_basis == "combined" and consume:
+        peak = 1.0 / (1.0 / enqueue + 1.0 / consume)
+        return peak, f"the combined peak {peak:,.0f}/s (enqueue-1 and dequeue-ack-1)"
+    return enqueue, f"the enqueue-1 peak {enqueue:,.0f}/s"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+async def run_one(
+    scenario: str,
+    system: System,
+    cfg: Config,
+    window: _Window,
+    peaks: dict[str, float],
+) -> Result:
+    if scenario == "enqueue-1":
+        return await scenarios.enqueue_closed_loop(system, cfg, False, scenario, window)
+    if scenario == "enqueue-100":
+        return await scenarios.enqueue_closed_loop(system, cfg, True, scenario, window)
+    if scenario in ("dequeue-ack-1", "dequeue-ack-100"):
+        batch = scenario.endswith("100")
+        if isinstance(system, PgQueuerSystem):
+            total = cfg.drain_batch if batch else cfg.drain_single
+            return await system.drain(cfg, system.batch_size if batch else 1, total, window)
+        return await scenarios.drain(system, cfg, batch, scenario, window)
+    if scenario in ("backlog-1k", "backlog-100k"):
+        backlog = cfg.backlog_small if scenario == "backlog-1k" else cfg.backlog_large
+        if isinstance(system, PgQueuerSystem):
+            return await system.steady(cfg, backlog, scenario, window)
+        return await scenarios.steady(system, cfg, backlog, scenario, system.prefill, window)
+    if scenario == "mixed":
+        enqueue_peak = peaks.get(f"{system.key}:enqueue-1")
+        if enqueue_peak is None:  # no enqueue-1 this run: measure the peak briefly first
+            short = Config(**{**cfg.__dict__, "duration": min(cfg.duration, 3.0)})
+            probe = await scenarios.enqueue_closed_loop(system, short, False, "enqueue-1", window)
+            enqueue_peak = probe.rate
+            await system.new_queue()
+        consume_peak = peaks.get(f"{system.key}:dequeue-ack-1")
+        peak, basis = mixed_peak(cfg, enqueue_peak, consume_peak)
+        rate = max(1.0, peak * cfg.mixed_fraction)
+        if isinstance(system, PgQueuerSystem):
+            result = await system.mixed(cfg, rate, window)
+        else:
+            result = await scenarios.mixed(system, cfg, rate, window)
+        result.extra["peak"] = peak
+        result.notes.insert(0, f"{cfg.mixed_fraction:.0%} of {basis}")
+        return result
+    raise ValueError(f"unknown scenario {scenario!r}")
+
+
+async def run(options: Options) -> RunOutcome:
+    cfg = options.config
+    databases = Databases(options.admin_url)
+    systems: list[Any] = []
+    rss = RssSampler(0.1)
+    results: list[Result] = []
+    retsu: RetsuSystem | None = None
+    started = time.time()
+    try:
+        if "retsu" in options.systems:
+            log(f"starting Retsu: migrate + `retsu api` with {options.workers} process(es)")
+            retsu = RetsuSystem(
+                await databases.create("retsu"),
+                workers=options.workers,
+                max_connections=options.db_connections,
+                redis_url=options.redis_url,
+                connect_burst=options.connect_burst,
+            )
+            systems.append(retsu)
+            await retsu.start()
+            supervisor = retsu.api.supervisor_pid()
+            if supervisor is not None:
+                rss.watch(supervisor, "supervisor")
+            for index, pid in enumerate(retsu.api_pids()):
+                rss.watch(pid, f"api-{index + 1}")
+            log(
+                f"  retsu api on port {retsu.api.port}: supervisor {supervisor}, "
+                f"API processes {retsu.api_pids()}, log {retsu.api.log_path}"
+            )
+            rss.start()
+        if "floor" in options.systems:
+            log("starting the raw-SQL floor")
+            floor = FloorSystem(
+                await databases.create("floor"),
+                pool_size=options.workers * options.db_connections,
+            )
+            systems.append(floor)
+            await floor.start()
+        if "pgqueuer" in options.systems:
+            log("starting PgQueuer")
+            pgq = PgQueuerSystem(
+                await databases.create("pgqueuer"),
+                pool_size=options.workers * options.db_connections,
+                consumers=options.pgq_consumers,
+            )
+            systems.append(pgq)
+            await pgq.start()
+
+        api_pids = retsu.api_pids() if retsu is not None else []
+        peaks: dict[str, float] = {}
+        for scenario in options.scenarios:
+            for system in systems:
+                await system.new_queue()
+                window = _Window(options.admin_url, databases.names(), api_pids)
+                began = time.perf_counter()
+                result = await run_one(scenario, cast(System, system), cfg, window, peaks)
+                spread = getattr(system, "take_spread", lambda: None)()
+                if spread:
+                    result.notes.append(f"client connections per API process {spread}")
+                results.append(result)
+                peaks[f"{system.key}:{scenario}"] = result.rate
+                errors = sum(result.latency.errors.values())
+                log(
+                    f"  {scenario:<16} {system.name:<34} {result.rate:>10,.0f} msg/s"
+                    f"  ({result.messages:,} in {result.seconds:.1f} s; scenario took "
+                    f"{time.perf_counter() - began:.1f} s"
+                    + (f"; errors: {errors})" if errors else ")")
+                )
+            process = retsu.api.process if retsu is not None else None
+            if retsu is not None and process is not None and process.poll() is not None:
+                raise RuntimeError(f"retsu api exited:\n{retsu.api.output()}")
+    finally:
+        rss.stop()
+        for system in reversed(systems):
+            try:
+                await system.stop()
+            except Exception as error:  # keep going: the databases must be dropped
+                log(f"stopping {system.name}: {error}")
+        await databases.drop_all()
+    peaks_by_label = {rss.labels[pid]: peak for pid, peak in rss.peaks.items()}
+    return RunOutcome(results, peaks_by_label, started, time.time(), options)
+
+
+def run_sync(options: Options) -> RunOutcome:
+    try:
+        import uvloop
+
+        return uvloop.run(run(options))
+    except ImportError:
+        return asyncio.run(run(options))

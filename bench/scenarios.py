@@ -1,0 +1,466 @@
+"""The scenarios, written once against a small interface that every system implements.
+
+A system offers *operations* (enqueue one, enqueue a batch, dequeue one or up to N,
+acknowledge what was dequeued), one ``Ops`` object per concurrent client, plus a
+fast way to prefill its queue. Retsu implements them over HTTP, the floor over
+asyncpg; PgQueuer has no pull-style dequeue, so it implements the consuming
+scenarios itself with its own consumer (``ConsumingSystem``).
+
+Every scenario runs on a fresh, empty queue. Throughput is messages completed
+divided by the wall time from the first request to the last answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bench.client import LatencyRecorder
+from bench.common import CpuUse, OpError
+
+
+class Window(Protocol):
+    """Marks the measured part of a scenario (CPU accounting)."""
+
+    async def begin(self) -> None: ...
+
+    async def end(self) -> CpuUse: ...
+
+
+SCENARIOS = (
+    "enqueue-1",
+    "enqueue-100",
+    "dequeue-ack-1",
+    "dequeue-ack-100",
+    "backlog-1k",
+    "backlog-100k",
+    "mixed",
+)
+
+TITLES = {
+    "enqueue-1": "enqueue, 1 message per request",
+    "enqueue-100": "enqueue, batches of 100",
+    "dequeue-ack-1": "dequeue + ack, 1 message per request",
+    "dequeue-ack-100": "dequeue + ack, batches of 100",
+    "backlog-1k": "dequeue + ack (1 per request), backlog ~1,000",
+    "backlog-100k": "dequeue + ack (1 per request), backlog ~100,000",
+    "mixed": "mixed: paced producers + consumers at half the peak",
+}
+
+
+class Ops(Protocol):
+    """The operations of one client (one HTTP connection, or one floor task)."""
+
+    async def enqueue(self, index: int) -> int: ...
+
+    async def enqueue_batch(self) -> int: ...
+
+    async def dequeue(self, limit: int | None) -> Sequence[Any]: ...
+
+    async def ack(self, items: Sequence[Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class System(Protocol):
+    key: str  # "retsu", "floor", "pgqueuer"
+    name: str
+    batch_size: int
+
+    async def new_queue(self) -> None: ...
+
+    async def open_ops(self, count: int) -> Sequence[Ops]: ...
+
+    async def prefill(self, count: int) -> None: ...
+
+    async def analyze(self) -> None: ...
+
+
+class ConsumingSystem(System, Protocol):
+    """A system whose consumer is its own (PgQueuer): it runs the consuming scenarios."""
+
+    async def drain(self, cfg: Config, batch: int, total: int, window: Window) -> Result: ...
+
+    async def steady(self, cfg: Config, backlog: int, scenario: str, window: Window) -> Result: ...
+
+    async def mixed(self, cfg: Config, rate: float, window: Window) -> Result: ...
+
+
+@dataclass
+class Config:
+    duration: float = 10.0
+    connections: int = 32
+    drain_single: int = 10_000
+    drain_batch: int = 100_000
+    drain_max_seconds: float = 45.0  # a drain stops here; its rate is still done / time
+    backlog_small: int = 1_000
+    backlog_large: int = 100_000
+    warmup_messages: int = 20_000
+    warmup_max_seconds: float = 30.0
+    keeper_chunk: int = 500
+    mixed_fraction: float = 0.5
+    mixed_basis: str = "combined"  # or "enqueue"
+    analyze: bool = True  # ANALYZE the queue table after a prefill
+    quick: bool = False
+
+
+@dataclass
+class Result:
+    scenario: str
+    system: str
+    system_key: str
+    messages: int
+    seconds: float
+    latency: LatencyRecorder = field(default_factory=LatencyRecorder)
+    cpu: CpuUse | None = None
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Counter:
+    value: int = 0
+
+
+# -- closed-loop enqueue --------------------------------------------------------
+
+
+async def _enqueue_worker(
+    ops: Ops, batch: bool, stop_at: float, latency: LatencyRecorder, offset: int
+) -> int:
+    series = latency.series("enqueue")
+    perf = time.perf_counter
+    done = 0
+    index = offset
+    while perf() < stop_at:
+        started = perf()
+        try:
+            done += await (ops.enqueue_batch() if batch else ops.enqueue(index))
+        except (OpError, OSError) as error:
+            latency.error("enqueue", str(error))
+            await asyncio.sleep(0.01)
+            continue
+        series.append(perf() - started)
+        index += 1
+    return done
+
+
+async def enqueue_closed_loop(
+    system: System, cfg: Config, batch: bool, scenario: str, window: Window
+) -> Result:
+    ops = await system.open_ops(cfg.connections)
+    latency = LatencyRecorder()
+    try:
+        await window.begin()
+        started = time.perf_counter()
+        stop_at = started + cfg.duration
+        counts = await asyncio.gather(
+            *(_enqueue_worker(o, batch, stop_at, latency, i) for i, o in enumerate(ops))
+        )
+        seconds = time.perf_counter() - started
+        cpu = await window.end()
+    finally:
+        for o in ops:
+            o.close()
+    return Result(scenario, system.name, system.key, sum(counts), seconds, latency, cpu)
+
+
+# -- drain a prefilled queue ----------------------------------------------------------
+
+
+async def _drain_worker(
+    ops: Ops, limit: int | None, stop_at: float, latency: LatencyRecorder, done: Counter
+) -> None:
+    dequeue_series = latency.series("dequeue")
+    ack_series = latency.series("ack")
+    perf = time.perf_counter
+    while perf() < stop_at:
+        started = perf()
+        try:
+            items = await ops.dequeue(limit)
+        except (OpError, OSError) as error:
+            latency.error("dequeue", str(error))
+            await asyncio.sleep(0.01)
+            continue
+        dequeue_series.append(perf() - started)
+        if not items:
+            return  # SKIP LOCKED: nothing unlocked is left, the others finish the tail
+        started = perf()
+        try:
+            await ops.ack(items)
+        except (OpError, OSError) as error:
+            latency.error("ack", str(error))
+            continue
+        ack_series.append(perf() - started)
+        done.value += len(items)
+
+
+async def drain(system: System, cfg: Config, batch: bool, scenario: str, window: Window) -> Result:
+    total = cfg.drain_batch if batch else cfg.drain_single
+    await system.prefill(total)
+    if cfg.analyze:
+        await system.analyze()
+    ops = await system.open_ops(cfg.connections)
+    latency = LatencyRecorder()
+    done = Counter()
+    limit = system.batch_size if batch else None
+    try:
+        await window.begin()
+        started = time.perf_counter()
+        stop_at = started + cfg.drain_max_seconds
+        await asyncio.gather(*(_drain_worker(o, limit, stop_at, latency, done) for o in ops))
+        seconds = time.perf_counter() - started
+        cpu = await window.end()
+    finally:
+        for o in ops:
+            o.close()
+    result = Result(scenario, system.name, system.key, done.value, seconds, latency, cpu)
+    if done.value < total:
+        result.notes.append(f"drained {done.value:,} of {total:,} before the time limit")
+    return result
+
+
+# -- steady state over a kept-up backlog --------------------------------------------
+
+
+class BacklogKeeper:
+    """Keeps about ``target`` messages ready by inserting chunks as consumers take them.
+
+    It tracks the backlog from its own inserts minus the consumers' acknowledgements,
+    so it costs PostgreSQL nothing but the inserts themselves.
+    """
+
+    def __init__(
+        self,
+        insert: Callable[[int], Awaitable[None]],
+        consumed: Counter,
+        target: int,
+        chunk: int,
+    ) -> None:
+        self._insert = insert
+        self._consumed = consumed
+        self.target = target
+        self.chunk = chunk
+        self.inserted = 0
+        self._stop = asyncio.Event()
+
+    async def fill(self) -> None:
+        remaining = self.target
+        while remaining > 0:
+            step = min(remaining, 20_000)
+            await self._insert(step)
+            remaining -= step
+        self.inserted = self.target
+
+    def backlog(self) -> int:
+        return self.inserted - self._consumed.value
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            if self.backlog() < self.target:
+                await self._insert(self.chunk)
+                self.inserted += self.chunk
+            else:
+                await asyncio.sleep(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+async def _steady_worker(
+    ops: Ops, stop: asyncio.Event, latency: LatencyRecorder, done: Counter
+) -> None:
+    dequeue_series = latency.series("dequeue")
+    ack_series = latency.series("ack")
+    perf = time.perf_counter
+    while not stop.is_set():
+        started = perf()
+        try:
+            items = await ops.dequeue(None)
+        except (OpError, OSError) as error:
+            latency.error("dequeue", str(error))
+            await asyncio.sleep(0.01)
+            continue
+        dequeue_series.append(perf() - started)
+        if not items:
+            latency.error("dequeue", "empty: the keeper fell behind")
+            await asyncio.sleep(0.002)
+            continue
+        started = perf()
+        try:
+            await ops.ack(items)
+        except (OpError, OSError) as error:
+            latency.error("ack", str(error))
+            continue
+        ack_series.append(perf() - started)
+        done.value += len(items)
+
+
+async def measure_window(
+    cfg: Config, consumed: Counter, latency: LatencyRecorder, window: Window
+) -> tuple[int, float, str | None, CpuUse]:
+    """Wait for the warm-up, then count consumption over ``cfg.duration``."""
+    started = time.perf_counter()
+    note = None
+    while consumed.value < cfg.warmup_messages:
+        if time.perf_counter() - started > cfg.warmup_max_seconds:
+            note = (
+                f"warm-up stopped after {cfg.warmup_max_seconds:.0f} s at "
+                f"{consumed.value:,} messages"
+            )
+            break
+        await asyncio.sleep(0.01)
+    await window.begin()
+    for series in latency.samples.values():
+        series.clear()
+    first = consumed.value
+    window_start = time.perf_counter()
+    await asyncio.sleep(cfg.duration)
+    messages, seconds = consumed.value - first, time.perf_counter() - window_start
+    return messages, seconds, note, await window.end()
+
+
+async def steady(
+    system: System,
+    cfg: Config,
+    backlog: int,
+    scenario: str,
+    insert: Callable[[int], Awaitable[None]],
+    window: Window,
+) -> Result:
+    consumed = Counter()
+    keeper = BacklogKeeper(insert, consumed, backlog, cfg.keeper_chunk)
+    await keeper.fill()
+    if cfg.analyze:
+        await system.analyze()
+    ops = await system.open_ops(cfg.connections)
+    latency = LatencyRecorder()
+    stop = asyncio.Event()
+    keeping = asyncio.create_task(keeper.run())
+    workers = [asyncio.create_task(_steady_worker(o, stop, latency, consumed)) for o in ops]
+    try:
+        messages, seconds, note, cpu = await measure_window(cfg, consumed, latency, window)
+    finally:
+        stop.set()
+        keeper.stop()
+        await asyncio.gather(*workers, keeping, return_exceptions=True)
+        for o in ops:
+            o.close()
+    result = Result(scenario, system.name, system.key, messages, seconds, latency, cpu)
+    result.extra["backlog_target"] = backlog
+    if note:
+        result.notes.append(note)
+    return result
+
+
+# -- mixed: paced producers and consumers ---------------------------------------------
+
+
+async def paced(
+    rate: float, stop_at: float, step: Callable[[], Awaitable[None]], late: Counter
+) -> None:
+    """Calls ``step`` ``rate`` times a second on a fixed schedule until ``stop_at``.
+
+    When a step overruns, the next ones start at once to catch up; a schedule more
+    than a second behind is reset (and counted in ``late``) rather than bursting.
+    """
+    interval = 1.0 / rate
+    perf = time.perf_counter
+    next_at = perf()
+    while next_at < stop_at:
+        now = perf()
+        if next_at > now:
+            await asyncio.sleep(next_at - now)
+        elif now - next_at > 1.0:
+            late.value += 1
+            next_at = now
+        await step()
+        next_at += interval
+
+
+async def mixed(system: System, cfg: Config, rate: float, window: Window) -> Result:
+    """Producers enqueue ``rate`` messages/s in total; as many consumers dequeue + ack."""
+    pairs = max(1, cfg.connections // 2)
+    producers = await system.open_ops(pairs)
+    consumers = await system.open_ops(pairs)
+    latency = LatencyRecorder()
+    enqueue_series = latency.series("enqueue")
+    dequeue_series = latency.series("dequeue")
+    ack_series = latency.series("ack")
+    produced = Counter()
+    consumed = Counter()
+    empty = Counter()
+    late = Counter()
+    perf = time.perf_counter
+
+    def producer(ops: Ops, offset: int) -> Callable[[], Awaitable[None]]:
+        index = offset
+
+        async def step() -> None:
+            nonlocal index
+            started = perf()
+            try:
+                added = await ops.enqueue(index)  # not `+= await`: that loses updates
+            except (OpError, OSError) as error:
+                latency.error("enqueue", str(error))
+                return
+            enqueue_series.append(perf() - started)
+            produced.value += added
+            index += 1
+
+        return step
+
+    def consumer(ops: Ops) -> Callable[[], Awaitable[None]]:
+        async def step() -> None:
+            started = perf()
+            try:
+                items = await ops.dequeue(None)
+            except (OpError, OSError) as error:
+                latency.error("dequeue", str(error))
+                return
+            dequeue_series.append(perf() - started)
+            if not items:
+                empty.value += 1
+                return
+            started = perf()
+            try:
+                await ops.ack(items)
+            except (OpError, OSError) as error:
+                latency.error("ack", str(error))
+                return
+            ack_series.append(perf() - started)
+            consumed.value += len(items)
+
+        return step
+
+    each = rate / pairs
+    try:
+        await window.begin()
+        started = perf()
+        stop_at = started + cfg.duration
+        await asyncio.gather(
+            *(paced(each, stop_at, producer(o, i), late) for i, o in enumerate(producers)),
+            *(paced(each, stop_at, consumer(o), late) for o in consumers),
+        )
+        seconds = perf() - started
+        cpu = await window.end()
+    finally:
+        for o in (*producers, *consumers):
+            o.close()
+    result = Result("mixed", system.name, system.key, consumed.value, seconds, latency, cpu)
+    result.extra.update(
+        offered_rate=rate,
+        enqueued_rate=produced.value / seconds,
+        consumed_rate=consumed.value / seconds,
+        empty_dequeues=empty.value,
+    )
+    if late.value:
+        result.notes.append(f"fell more than 1 s behind schedule {late.value} times")
+    return result

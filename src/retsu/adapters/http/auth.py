@@ -1,0 +1,348 @@
+"""Bearer-token authentication and scope checks for the ``/v1`` routes (SPEC §3.5).
+
+A pure-ASGI middleware placed around the whole Litestar app (inside the request-id and
+HTTP-metrics layers, so a ``401``/``403`` still carries ``x-request-id`` and is counted).
+
+* Only paths under ``/v1`` are guarded; ``/health/*``, ``/metrics`` and everything else
+  stay open. The path is normalised exactly like Litestar's router does it (repeated
+  slashes collapsed, a trailing slash dropped), so ``//v1//queues/`` cannot slip past.
+* ``authorization: Bearer <secret>`` is required. A missing header, another scheme, a
+  malformed or unknown token is ``401 unauthorized`` with a ``www-authenticate: Bearer``
+  challenge; this also holds for a ``/v1`` path that matches no route (an anonymous caller
+  learns nothing about which routes exist).
+* The presented secret is hashed (SHA-256) and compared with ``hmac.compare_digest`` to the
+  digest of *every* configured token, without stopping at a match: the time taken does not
+  depend on which token matched, nor on the secrets' lengths.
+* The route's required scope comes from a structural rule (``required_scope``) over the
+  path and the method, so a route added later is covered without editing any table:
+
+  - everything under ``/v1/queues/{queue_id}/messages`` → ``messages``;
+  - the two queue reads ``GET /v1/queues`` and ``GET /v1/queues/{queue_id}`` (and their
+    ``HEAD``/``OPTIONS``) → ``messages``;
+  - everything else under ``/v1`` (queue mutations, dead letters, the audit log, any new
+    route) → ``admin``.
+
+  ``admin`` satisfies every route. A token without the required scope gets ``403
+  forbidden`` — unless the path/method matches no route, in which case the request goes on
+  and answers ``404``/``405`` as it would without auth.
+* The matched token's ``name`` is stored in the scope under ``ACTOR_SCOPE_KEY``: it is the
+  audit actor ``caller_of`` returns.
+
+Secrets are never logged, never echoed in a response, and never kept in a repr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import msgspec
+from litestar import Litestar
+from litestar.enums import ScopeType
+from litestar.exceptions import HTTPException
+from litestar.routes import HTTPRoute
+from litestar.types import ASGIApp, Method, Receive, Scope, Send
+
+from retsu.adapters.http.caller import ACTOR_SCOPE_KEY
+from retsu.adapters.http.problems import PROBLEM_MEDIA_TYPE, Problem
+
+__all__ = [
+    "ADMIN",
+    "MESSAGES",
+    "SCOPES",
+    "SCOPES_SCOPE_KEY",
+    "ApiToken",
+    "AuthConfig",
+    "AuthMiddleware",
+    "RouteResolver",
+    "app_route_resolver",
+    "guarded",
+    "path_components",
+    "required_scope",
+    "route_scopes",
+]
+
+logger = logging.getLogger("retsu.adapters.http.auth")
+
+MESSAGES: Final = "messages"
+ADMIN: Final = "admin"
+SCOPES: Final = frozenset({MESSAGES, ADMIN})
+
+# The authenticated token's scopes, for anything downstream that wants them.
+SCOPES_SCOPE_KEY: Final = "retsu.scopes"
+
+REALM: Final = "retsu"
+_READS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+# --- configuration ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """One configured token. ``name`` is the audit actor; ``secret`` never shows in a repr."""
+
+    name: str
+    secret: str = field(repr=False)
+    scopes: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """What the HTTP adapter needs to know about auth (built from settings by the
+    entrypoint; this module does not import the settings)."""
+
+    enabled: bool = False
+    tokens: tuple[ApiToken, ...] = ()
+
+
+# --- the scope rule ---------------------------------------------------------------------
+
+
+def path_components(path: str, root_path: str = "") -> list[str]:
+    """The non-empty segments of ``path`` as Litestar's router sees them: the router strips
+    ``root_path``, collapses repeated slashes and ignores a trailing slash."""
+    if root_path:
+        path = path.split(root_path, maxsplit=1)[-1]
+    return [segment for segment in path.split("/") if segment]
+
+
+def guarded(components: list[str]) -> bool:
+    """Whether a path (as components) is under ``/v1``."""
+    return bool(components) and components[0] == "v1"
+
+
+def _scope_of(method: str, components: list[str]) -> str | None:
+    if not guarded(components):
+        return None
+    if len(components) >= 2 and components[1] == "queues":
+        depth = len(components)
+        # /v1/queues and /v1/queues/{queue_id}: reads for consumers, the rest is admin.
+        if depth <= 3:
+            return MESSAGES if method in _READS else ADMIN
+        # /v1/queues/{queue_id}/messages…: the message lifecycle.
+        if components[3] == "messages":
+            return MESSAGES
+    # Dead letters, pause/resume/purge, the audit log and any route added later.
+    return ADMIN
+
+
+def required_scope(method: str, path: str) -> str | None:
+    """The scope a request needs: ``None`` (open), ``"messages"`` or ``"admin"``.
+
+    Works on a concrete path (``/v1/queues/0189…/messages``) and on a route template
+    (``/v1/queues/{queue_id:str}/messages``) alike: a path parameter is one segment either
+    way, so a request is classified like the route that serves it.
+    """
+    return _scope_of(method.upper(), path_components(path))
+
+
+def route_scopes(app: Litestar) -> dict[tuple[str, str], str | None]:
+    """The route→scope table of an app: ``(method, path template) → required scope`` for
+    every registered HTTP route (Litestar's automatic ``OPTIONS`` included)."""
+    table: dict[tuple[str, str], str | None] = {}
+    for route in app.routes:
+        if isinstance(route, HTTPRoute):
+            for method in sorted(route.methods):
+                table[(method, route.path)] = required_scope(method, route.path)
+    return table
+
+
+# --- route resolution (only when a request is refused) ----------------------------------
+
+# (method, path) → the matched route's template, or None when no route matches.
+RouteResolver = Callable[[str, str], str | None]
+
+
+def app_route_resolver(app: Litestar) -> RouteResolver:
+    """Resolve a request with the app's own router (the same trie, the same cache)."""
+    router = app.asgi_router
+
+    def resolve(method: str, path: str) -> str | None:
+        try:
+            return router.handle_routing(path="/" + path, method=cast("Method", method))[4]
+        except HTTPException:  # NotFound, MethodNotAllowed: no such route
+            return None
+
+    return resolve
+
+
+# --- responses --------------------------------------------------------------------------
+
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def _refusal(status: int, code: str, detail: str, challenge: str) -> _Refusal:
+    title = "Unauthorized" if status == 401 else "Forbidden"
+    body = _encoder.encode(
+        Problem(type="about:blank", title=title, status=status, detail=detail, code=code)
+    )
+    headers = [
+        (b"content-type", PROBLEM_MEDIA_TYPE.encode("ascii")),
+        (b"content-length", str(len(body)).encode("ascii")),
+        (b"www-authenticate", challenge.encode("ascii")),
+        (b"cache-control", b"no-store"),
+    ]
+    return _Refusal(status, headers, body)
+
+
+_CHALLENGE: Final = f'Bearer realm="{REALM}"'
+
+MISSING: Final = _refusal(
+    401,
+    "unauthorized",
+    "This route needs an 'authorization: Bearer <token>' header.",
+    _CHALLENGE,
+)
+WRONG_SCHEME: Final = _refusal(
+    401,
+    "unauthorized",
+    "The authorization header must use the Bearer scheme.",
+    _CHALLENGE,
+)
+MALFORMED: Final = _refusal(
+    401,
+    "unauthorized",
+    "The bearer token is empty or malformed.",
+    f'{_CHALLENGE}, error="invalid_request"',
+)
+UNKNOWN: Final = _refusal(
+    401,
+    "unauthorized",
+    "The bearer token is not valid.",
+    f'{_CHALLENGE}, error="invalid_token"',
+)
+FORBIDDEN: Final = _refusal(
+    403,
+    "forbidden",
+    "This token lacks the admin scope this route needs.",
+    f'{_CHALLENGE}, error="insufficient_scope", scope="{ADMIN}"',
+)
+
+
+# --- the middleware ---------------------------------------------------------------------
+
+_AUTHORIZATION: Final = b"authorization"
+_BEARER: Final = b"bearer"
+
+
+# RFC 6750 allows a narrower alphabet; configured secrets may use any visible ASCII character.
+_CREDENTIAL: Final = re.compile(rb"[\x21-\x7e]+")
+
+Principal = tuple[str, frozenset[str]]  # (token name, scopes)
+
+
+class AuthMiddleware:
+    """Guards ``/v1`` (see the module docstring). Installed only when auth is enabled."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        config: AuthConfig,
+        resolve_route: RouteResolver | None = None,
+    ) -> None:
+        self.app = app
+        # Digests only: the secrets themselves are not kept.
+        self._tokens: tuple[tuple[bytes, Principal], ...] = tuple(
+            (hashlib.sha256(t.secret.encode("utf-8")).digest(), (t.name, t.scopes))
+            for t in config.tokens
+        )
+        self._resolve_route = resolve_route
+        if not self._tokens:
+            logger.warning("auth is enabled but no token is configured: every /v1 request gets 401")
+
+    def _match(self, secret: bytes) -> Principal | None:
+        """The token whose secret this is, comparing against every token (no early exit):
+        fixed-size digests, so neither the secrets' lengths nor the matching position show
+        in the time taken."""
+        digest = hashlib.sha256(secret).digest()
+        found: Principal | None = None
+        for expected, principal in self._tokens:
+            if hmac.compare_digest(digest, expected):
+                found = principal
+        return found
+
+    def _authenticate(self, scope: Scope) -> _Refusal | Principal:
+        value: bytes | None = None
+        for name, header in scope["headers"]:
+            if name == _AUTHORIZATION:
+                if value is not None:
+                    return MALFORMED  # two credentials: ambiguous
+                value = header
+        if value is None:
+            return MISSING
+        scheme, _, credentials = value.strip().partition(b" ")
+        if scheme.lower() != _BEARER:
+            return WRONG_SCHEME
+        credentials = credentials.strip(b" ")
+        if _CREDENTIAL.fullmatch(credentials) is None:
+            return MALFORMED
+        principal = self._match(credentials)
+        return UNKNOWN if principal is None else principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Litestar answers lifespan events itself: only http and websocket scopes get here.
+        components = path_components(scope["path"], scope.get("root_path", ""))
+        if not guarded(components):
+            await self.app(scope, receive, send)
+            return
+        method: str = scope["method"] if scope["type"] == ScopeType.HTTP else "GET"
+        outcome = self._authenticate(scope)
+        if isinstance(outcome, _Refusal):
+            await self._refuse(scope, send, outcome, components, method)
+            return
+        name, scopes = outcome
+        # An authenticated caller still gets 404/405 for no route, as without auth.
+        if (
+            ADMIN not in scopes
+            and _scope_of(method, components) not in scopes
+            and self._template(method, components) is not None
+        ):
+            await self._refuse(scope, send, FORBIDDEN, components, method)
+            return
+        state = cast("MutableMapping[str, Any]", scope)
+        state[ACTOR_SCOPE_KEY] = name
+        state[SCOPES_SCOPE_KEY] = scopes
+        await self.app(scope, receive, send)
+
+    def _template(self, method: str, components: list[str]) -> str | None:
+        if self._resolve_route is None:
+            return "/" + "/".join(components)  # no router: assume the route exists
+        return self._resolve_route(method, "/".join(components))
+
+    async def _refuse(
+        self,
+        scope: Scope,
+        send: Send,
+        refusal: _Refusal,
+        components: list[str],
+        method: str,
+    ) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            # A websocket under /v1: refuse the handshake (the server answers 403).
+            await send({"type": "websocket.close", "code": 1008, "reason": ""})
+            return
+        # Label the metrics with the route template when the path matches a route.
+        template = self._template(method, components) if self._resolve_route else None
+        if template is not None:
+            cast("MutableMapping[str, Any]", scope)["path_template"] = template
+        await send(
+            {
+                "type": "http.response.start",
+                "status": refusal.status,
+                "headers": list(refusal.headers),
+            }
+        )
+        await send({"type": "http.response.body", "body": refusal.body, "more_body": False})

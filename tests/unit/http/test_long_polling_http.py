@@ -1,0 +1,153 @@
+"""Long polling at the HTTP layer: the answer when a wait ends empty, waking, shutdown.
+
+The app runs on the memory adapters with ``FakeMessageSignals`` (virtual time: an
+unsignalled wait ends only when the test advances it) and a repository that signals
+like PostgreSQL's triggers. Requests go through httpx's ASGI transport, which runs the
+app on the test's own event loop, so a request can wait while the test acts (Litestar's
+test client runs the app in a portal thread and blocks the loop for each request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from litestar import Litestar
+
+from retsu.adapters.cache.passthrough import RepositoryQueueDetails
+from retsu.adapters.http import ApiServices, create_app
+from retsu.adapters.memory.clock import FakeClock
+from retsu.adapters.memory.notifications import FakeMessageSignals, SignallingRepository
+from retsu.adapters.memory.repository import InMemoryRepository
+from retsu.adapters.telemetry.metrics import Metrics
+from retsu.application.dequeue import Dequeue
+from tests.unit.http.helpers import NewQueue
+
+Client = httpx.AsyncClient
+
+
+@pytest.fixture
+def signals(clock: FakeClock) -> FakeMessageSignals:
+    return FakeMessageSignals(clock)
+
+
+@pytest.fixture
+def repository(clock: FakeClock, signals: FakeMessageSignals) -> Any:
+    return SignallingRepository(InMemoryRepository(clock), signals)
+
+
+@pytest.fixture
+def app(
+    services: ApiServices, repository: Any, metrics: Metrics, signals: FakeMessageSignals
+) -> Litestar:
+    dequeue = Dequeue(
+        repository,
+        RepositoryQueueDetails(repository),
+        metrics,
+        signals=signals,
+        monotonic=signals.monotonic,
+    )
+    return create_app(dataclasses.replace(services, dequeue=dequeue))
+
+
+@pytest.fixture
+async def client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://retsu.test") as http:
+        yield http
+
+
+def poll(client: Client, queue_id: str, **body: Any) -> asyncio.Task[httpx.Response]:
+    return asyncio.create_task(client.post(f"/v1/queues/{queue_id}/messages/dequeue", json=body))
+
+
+async def settle(signals: FakeMessageSignals) -> None:
+    """Let the in-process HTTP round trips run (they need a few more loop turns)."""
+    for _ in range(4):
+        await signals.settle()
+
+
+async def test_a_wait_without_max_messages_ends_with_204(
+    client: Client, new_queue: NewQueue, signals: FakeMessageSignals
+) -> None:
+    queue = await new_queue()
+    request = poll(client, queue["id"], wait_seconds=2)
+    await settle(signals)
+    await signals.advance(1.5)
+    assert not request.done()
+    await signals.advance(0.5)
+    await settle(signals)
+    response = await request
+    assert response.status_code == 204
+    assert response.content == b""
+
+
+async def test_a_wait_with_max_messages_ends_with_an_empty_list(
+    client: Client, new_queue: NewQueue, signals: FakeMessageSignals
+) -> None:
+    queue = await new_queue()
+    request = poll(client, queue["id"], wait_seconds=2, max_messages=10)
+    await settle(signals)
+    await signals.advance(2)
+    await settle(signals)
+    response = await request
+    assert response.status_code == 200
+    assert response.json() == {"messages": []}
+
+
+async def test_a_waiting_dequeue_is_answered_by_an_enqueue(
+    client: Client, new_queue: NewQueue, signals: FakeMessageSignals
+) -> None:
+    queue = await new_queue()
+    request = poll(client, queue["id"], wait_seconds=20)
+    await settle(signals)
+    await signals.advance(4)
+    assert not request.done()
+    sent = await client.post(
+        f"/v1/queues/{queue['id']}/messages", json={"payload": "hi", "priority": "LOW"}
+    )
+    assert sent.status_code == 201
+    await settle(signals)
+    response = await request
+    assert response.status_code == 200
+    assert response.json()["payload"] == "hi"
+    assert response.json()["id"] == sent.json()["id"]
+
+
+async def test_a_paused_queue_holds_an_http_long_poll_until_resume(
+    client: Client, new_queue: NewQueue, signals: FakeMessageSignals
+) -> None:
+    queue = await new_queue()
+    assert (await client.post(f"/v1/queues/{queue['id']}/pause")).status_code == 200
+    sent = await client.post(
+        f"/v1/queues/{queue['id']}/messages", json={"payload": "held", "priority": "HIGH"}
+    )
+    assert sent.status_code == 201
+    request = poll(client, queue["id"], wait_seconds=20, max_messages=3)
+    await settle(signals)
+    await signals.advance(6)
+    assert not request.done()
+    assert (await client.post(f"/v1/queues/{queue['id']}/resume")).status_code == 200
+    await settle(signals)
+    response = await request
+    assert response.status_code == 200
+    assert [m["payload"] for m in response.json()["messages"]] == ["held"]
+
+
+async def test_shutdown_answers_waiting_polls_empty(
+    client: Client, new_queue: NewQueue, signals: FakeMessageSignals
+) -> None:
+    queue = await new_queue()
+    bare = poll(client, queue["id"], wait_seconds=20)
+    listed = poll(client, queue["id"], wait_seconds=20, max_messages=2)
+    await settle(signals)
+    await signals.advance(1.5)
+    signals.close()
+    await settle(signals)
+    assert (await bare).status_code == 204
+    response = await listed
+    assert (response.status_code, response.json()) == (200, {"messages": []})

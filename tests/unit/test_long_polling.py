@@ -1,0 +1,418 @@
+"""Long polling on the memory adapters: virtual time, fake signals, nobody sleeps.
+
+``FakeMessageSignals`` ends an unsignalled wait only when the test moves time with
+``advance()``; ``SignallingRepository`` announces a queue after each committed change
+that can make a message deliverable, as the PostgreSQL wiring does (there the
+announcement also goes out as a NOTIFY to the other API processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.memory.clock import FakeClock
+from retsu.adapters.memory.events import RecordingQueueEvents
+from retsu.adapters.memory.notifications import (
+    MESSAGE_EVENTS,
+    FakeMessageSignals,
+    SignallingRepository,
+)
+from retsu.adapters.memory.repository import InMemoryRepository
+from retsu.adapters.postgres.notifications import PostgresMessageSignals
+from retsu.adapters.system import Uuid7Generator
+from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
+from retsu.application.create_queue import CreateQueue, CreateQueueCommand
+from retsu.application.dequeue import RECHECK_SECONDS, Dequeue, DequeueCommand
+from retsu.application.enqueue import Enqueue, EnqueueCommand
+from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
+from retsu.domain.dequeue import DequeueOptions
+from retsu.domain.message import (
+    DeliveredMessage,
+    DequeueResult,
+    MessageToStore,
+    NewMessage,
+    Priority,
+    Receipt,
+)
+from retsu.domain.queue import Queue
+
+
+class CountingRepository:
+    """Forwards everything; counts claims (the database cost of a waiting poll)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.claims = 0
+        # Called right after a claim, before its result reaches the use case.
+        self.after_claim: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def dequeue(self, queue_id: UUID, **kwargs: Any) -> DequeueResult:
+        self.claims += 1
+        result: DequeueResult = await self._inner.dequeue(queue_id, **kwargs)
+        if self.after_claim is not None:
+            hook, self.after_claim = self.after_claim, None
+            await hook()
+        return result
+
+
+class World:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.signals = FakeMessageSignals(self.clock)
+        self.memory = InMemoryRepository(self.clock)
+        signalling = SignallingRepository(self.memory, self.signals)
+        self.repository = CountingRepository(signalling)
+        details = RepositoryQueueDetails(self.repository)
+        names = DetailsQueueNames(details)
+        ids = Uuid7Generator()
+        events = RecordingQueueEvents()
+        self.create_queue = CreateQueue(self.repository, details, names, ids, self.clock)
+        self.enqueue = Enqueue(self.repository, details, ids, events)
+        self.pause_queue = PauseQueue(self.repository, details, names)
+        self.resume_queue = ResumeQueue(self.repository, details, names)
+        self.change_visibility = ChangeVisibility(self.repository, names)
+        self.dequeue = Dequeue(
+            self.repository, details, events, signals=self.signals, monotonic=self.signals.monotonic
+        )
+        self._start = self.signals.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        """Virtual seconds since the world was made."""
+        return round(self.signals.monotonic() - self._start, 6)
+
+    async def queue(self) -> Queue:
+        return await self.create_queue(CreateQueueCommand(name="orders"))
+
+    async def send(self, queue: Queue, payload: str = "x", *, delay: int | None = None) -> UUID:
+        message = NewMessage.parse(payload, "MEDIUM", None, delay)
+        (message_id,) = await self.enqueue(EnqueueCommand(queue.id, [message]))
+        return message_id
+
+    def poll(
+        self,
+        queue: Queue,
+        wait_seconds: int,
+        *,
+        max_messages: int | None = None,
+        visibility: int | None = None,
+    ) -> asyncio.Task[list[DeliveredMessage]]:
+        options = DequeueOptions(
+            wait_seconds=wait_seconds,
+            max_messages=max_messages,
+            visibility_timeout_seconds=visibility,
+        )
+        return asyncio.create_task(self.dequeue(DequeueCommand(queue.id, options)))
+
+    async def settle(self) -> None:
+        await self.signals.settle()
+
+    async def advance(self, seconds: float) -> None:
+        await self.signals.advance(seconds)
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def payloads(delivered: list[DeliveredMessage]) -> list[str]:
+    return [m.payload for m in delivered]
+
+
+async def finish(task: asyncio.Task[Any]) -> Any:
+    """The result of a task that must already be done (a poll that returned)."""
+    assert task.done(), "the poll is still waiting"
+    return task.result()
+
+
+# -- waking ---------------------------------------------------------------------
+
+
+async def test_a_waiting_dequeue_returns_the_message_enqueued_while_it_waits(
+    world: World,
+) -> None:
+    queue = await world.queue()
+    poll = world.poll(queue, wait_seconds=10)
+    await world.advance(3.5)
+    assert not poll.done()
+    await world.send(queue, "arrived")
+    await world.settle()
+    assert payloads(await finish(poll)) == ["arrived"]
+    assert world.elapsed == 3.5, "woken by the signal, not by a re-check"
+    assert world.signals.waiting == 0, "the poll unregistered"
+
+
+async def test_a_signal_wakes_every_poll_of_that_queue_and_only_those(world: World) -> None:
+    orders = await world.queue()
+    other = await world.create_queue(CreateQueueCommand(name="other"))
+    first, second = world.poll(orders, 10), world.poll(orders, 10, max_messages=5)
+    bystander = world.poll(other, 10)
+    await world.settle()
+    claims = world.repository.claims
+    await world.send(orders, "one")
+    await world.settle()
+    done = [p for p in (first, second) if p.done()]
+    assert len(done) == 1 and payloads(done[0].result()) == ["one"]
+    assert world.repository.claims == claims + 2, "both waiters of the queue looked once"
+    assert not bystander.done()
+    await world.advance(10)
+    assert all(p.done() for p in (first, second, bystander))
+
+
+async def test_a_wait_that_finds_nothing_ends_empty_after_wait_seconds(world: World) -> None:
+    queue = await world.queue()
+    poll = world.poll(queue, wait_seconds=2)
+    await world.advance(1.99)
+    assert not poll.done()
+    await world.advance(0.01)
+    assert await finish(poll) == []
+    assert world.elapsed == 2
+
+
+async def test_an_idle_waiter_asks_the_repository_about_once_a_second(world: World) -> None:
+    queue = await world.queue()
+    poll = world.poll(queue, wait_seconds=20)
+    await world.advance(20)
+    assert await finish(poll) == []
+    # One claim on arrival, then one per re-check (the last one at the deadline).
+    assert world.repository.claims == 21
+    assert max(world.signals.waits) == RECHECK_SECONDS
+
+
+async def test_wait_seconds_zero_never_waits(world: World) -> None:
+    queue = await world.queue()
+    poll = world.poll(queue, wait_seconds=0)
+    await world.settle()
+    assert await finish(poll) == []
+    assert world.signals.waits == []
+    assert world.repository.claims == 1
+    assert world.elapsed == 0
+
+
+async def test_a_message_already_there_is_returned_without_waiting(world: World) -> None:
+    queue = await world.queue()
+    await world.send(queue, "ready")
+    poll = world.poll(queue, wait_seconds=20)
+    await world.settle()
+    assert payloads(await finish(poll)) == ["ready"]
+    assert world.signals.waits == []
+
+
+async def test_no_wakeup_is_lost_between_the_empty_claim_and_the_wait(world: World) -> None:
+    queue = await world.queue()
+
+    async def a_message_arrives() -> None:  # after the claim found nothing, before the wait
+        await world.send(queue, "just-in-time")
+
+    world.repository.after_claim = a_message_arrives
+    poll = world.poll(queue, wait_seconds=20)
+    await world.settle()
+    assert payloads(await finish(poll)) == ["just-in-time"]
+    assert world.elapsed == 0, "the signal was kept: no re-check was needed"
+    assert world.repository.claims == 2
+
+
+# -- what counts as "a message became available" ----------------------------------
+
+
+async def test_a_paused_queue_holds_a_long_poll_until_it_is_resumed(world: World) -> None:
+    queue = await world.queue()
+    await world.pause_queue(PauseQueueCommand(queue.id))
+    await world.send(queue, "held")
+    poll = world.poll(queue, wait_seconds=20)
+    await world.advance(5)
+    assert not poll.done()
+    assert world.repository.claims == 0, "a paused queue is never claimed from"
+    await world.resume_queue(PauseQueueCommand(queue.id))
+    await world.settle()
+    assert payloads(await finish(poll)) == ["held"]
+    assert world.elapsed == 5
+
+
+async def test_a_queue_paused_during_a_wait_is_not_claimed_from(world: World) -> None:
+    queue = await world.queue()
+    poll = world.poll(queue, wait_seconds=10)
+    await world.advance(1)
+    await world.pause_queue(PauseQueueCommand(queue.id))
+    await world.send(queue, "held")
+    await world.advance(8.5)
+    assert not poll.done()
+    await world.resume_queue(PauseQueueCommand(queue.id))
+    await world.settle()
+    assert payloads(await finish(poll)) == ["held"]
+
+
+async def test_a_paused_queue_answers_empty_when_the_wait_ends(world: World) -> None:
+    queue = await world.queue()
+    await world.pause_queue(PauseQueueCommand(queue.id))
+    await world.send(queue, "held")
+    poll = world.poll(queue, wait_seconds=3)
+    await world.advance(3)
+    assert await finish(poll) == []
+
+
+async def test_a_delayed_message_wakes_the_poll_when_its_delay_ends(world: World) -> None:
+    queue = await world.queue()
+    await world.send(queue, "later", delay=2)
+    await world.advance(0.25)
+    poll = world.poll(queue, wait_seconds=10)
+    await world.advance(1.74)
+    assert not poll.done()
+    await world.advance(0.01)
+    assert payloads(await finish(poll)) == ["later"]
+    assert world.elapsed == 2, "woken when the delay ended, not at the next re-check"
+
+
+async def test_an_ending_lease_wakes_the_poll_when_it_ends(world: World) -> None:
+    queue = await world.queue()
+    await world.send(queue, "retry-me")
+    first = await finish_now(world.poll(queue, 0, visibility=3))
+    await world.advance(0.4)
+    poll = world.poll(queue, wait_seconds=10)
+    await world.advance(2.5)
+    assert not poll.done()
+    await world.advance(0.1)
+    (again,) = await finish(poll)
+    assert (again.id, again.delivery_attempts) == (first[0].id, 2)
+    assert world.elapsed == 3
+
+
+async def test_a_released_lease_wakes_the_poll_at_once(world: World) -> None:
+    queue = await world.queue()
+    await world.send(queue, "release-me")
+    (first,) = await finish_now(world.poll(queue, 0, visibility=300))
+    poll = world.poll(queue, wait_seconds=20)
+    await world.advance(2.5)
+    await world.change_visibility(
+        ChangeVisibilityCommand(queue.id, Receipt(first.id, first.receipt_handle), 0)
+    )
+    await world.settle()
+    (again,) = await finish(poll)
+    assert (again.id, again.delivery_attempts) == (first.id, 2)
+    assert world.elapsed == 2.5
+
+
+async def finish_now(task: asyncio.Task[list[DeliveredMessage]]) -> list[DeliveredMessage]:
+    await asyncio.sleep(0)
+    result: list[DeliveredMessage] = await task
+    return result
+
+
+# -- shutdown -------------------------------------------------------------------
+
+
+async def test_shutdown_answers_every_waiting_poll_empty_at_once(world: World) -> None:
+    queue = await world.queue()
+    bare, listed = world.poll(queue, 20), world.poll(queue, 20, max_messages=10)
+    await world.advance(2.5)
+    claims = world.repository.claims
+    world.signals.close()
+    await world.settle()
+    assert await finish(bare) == [] and await finish(listed) == []
+    assert world.repository.claims == claims, "no claim after shutdown began"
+    assert world.elapsed == 2.5
+
+
+async def test_after_shutdown_began_a_long_poll_looks_once_and_does_not_wait(
+    world: World,
+) -> None:
+    queue = await world.queue()
+    world.signals.close()
+    poll = world.poll(queue, wait_seconds=20)
+    await world.settle()
+    assert await finish(poll) == []
+    assert world.signals.waits == []
+    await world.send(queue, "still-served")
+    assert payloads(await finish_now(world.poll(queue, 20))) == ["still-served"]
+
+
+async def test_a_cancelled_poll_unregisters(world: World) -> None:
+    queue = await world.queue()
+    poll = world.poll(queue, 20)
+    await world.settle()
+    assert world.signals.waiting == 1
+    poll.cancel()
+    await world.settle()
+    assert world.signals.waiting == 0
+
+
+# -- what gets announced ----------------------------------------------------------
+
+
+class RecordingAnnouncer:
+    def __init__(self) -> None:
+        self.announced: list[UUID] = []
+
+    def announce(self, queue_id: UUID) -> None:
+        self.announced.append(queue_id)
+
+
+async def test_only_changes_that_can_make_a_message_deliverable_are_announced() -> None:
+    clock = FakeClock()
+    announcer = RecordingAnnouncer()
+    repository = SignallingRepository(InMemoryRepository(clock), announcer)
+    details = RepositoryQueueDetails(repository)
+    names = DetailsQueueNames(details)
+    create = CreateQueue(repository, details, names, Uuid7Generator(), clock)
+    queue = await create(CreateQueueCommand(name="orders"))
+    assert announcer.announced == [], "creating a queue makes nothing deliverable"
+
+    def stored(payload: str) -> MessageToStore:
+        return MessageToStore(uuid.uuid4(), payload, Priority.LOW, 60, 0)
+
+    await repository.enqueue(queue.id, [stored("a")])
+    assert announcer.announced == [queue.id]
+    first = await repository.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
+    again = await repository.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
+    assert again.replayed and again.id == first.id
+    assert announcer.announced == [queue.id] * 2, "a replay stores nothing new"
+
+    result = await repository.dequeue(
+        queue.id,
+        limit=1,
+        visibility_timeout_seconds=30,
+        max_delivery_attempts=5,
+        dead_letter_batch_size=10,
+    )
+    receipt = Receipt(result.messages[0].id, result.messages[0].receipt_handle)
+    assert await repository.change_visibility(queue.id, receipt, 60)
+    assert announcer.announced == [queue.id] * 2, "a longer lease makes nothing deliverable"
+    assert await repository.change_visibility(queue.id, receipt, 0)
+    assert announcer.announced == [queue.id] * 3, "a released lease does"
+    assert not await repository.change_visibility(queue.id, receipt, 0)
+    assert announcer.announced == [queue.id] * 3, "a stale receipt changed nothing"
+
+
+async def test_the_postgres_wiring_leaves_queue_changes_to_the_database_trigger() -> None:
+    clock = FakeClock()
+    announcer = RecordingAnnouncer()
+    repository = SignallingRepository(InMemoryRepository(clock), announcer, MESSAGE_EVENTS)
+    details = RepositoryQueueDetails(repository)
+    names = DetailsQueueNames(details)
+    queue = await CreateQueue(repository, details, names, Uuid7Generator(), clock)(
+        CreateQueueCommand(name="orders")
+    )
+    await PauseQueue(repository, details, names)(PauseQueueCommand(queue.id))
+    await ResumeQueue(repository, details, names)(PauseQueueCommand(queue.id))
+    assert announcer.announced == []  # migration 0004's trigger notifies these
+
+
+async def test_before_it_is_started_the_postgres_adapter_only_wakes_local_waiters() -> None:
+    signals = PostgresMessageSignals("postgresql://nobody@127.0.0.1:1/none")
+    queue_id = uuid.uuid4()
+    with signals.watch(queue_id) as watch:
+        signals.announce(queue_id)  # no connection task: nothing is queued for NOTIFY
+        assert await watch.wait(5) is True
+    assert not signals.listening
+    await signals.stop()
+    assert signals.closed
