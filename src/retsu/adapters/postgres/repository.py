@@ -560,6 +560,7 @@ class PostgresRepository:
             "ttls": [m.ttl_seconds for m in messages],
             "delays": [m.delay_seconds for m in messages],
         }
+
         async def enqueue(connection: AsyncConnection) -> None:
             await connection.execute(_ENQUEUE, parameters)
 
