@@ -9,9 +9,11 @@ id so concurrent writers rarely touch the same counter row) the rollup holds the
 number of physically READY and IN_FLIGHT messages and of dead letters.
 Statement-level triggers with transition tables keep it exact in the same
 transaction as every insert, update and delete; an update that changes no count
-(a retry: IN_FLIGHT to IN_FLIGHT) writes nothing. Counter rows are upserted in key
-order so concurrent transactions lock them in the same order (no deadlocks), and
-a CHECK makes any transaction that would drive a counter negative fail.
+(a retry: IN_FLIGHT to IN_FLIGHT) writes nothing. Within one trigger, counter rows
+are written in key order, so concurrent statements lock them in the same order; a
+statement that fires several triggers (a dequeue that also dead-letters) can still
+meet another in a cycle, and the repository retries the deadlock victim. A CHECK
+makes any transaction that would drive a counter negative fail.
 """
 
 from __future__ import annotations
@@ -43,61 +45,15 @@ def upgrade() -> None:
         ) WITH (fillfactor = 50)
         """
     )
-    # Applies counter deltas. Existing counter rows are locked in key order first, so
-    # two transactions touching the same counters cannot deadlock; then they are
-    # updated, and only keys that have no row yet are inserted. (An upsert cannot
-    # carry a negative delta: PostgreSQL checks the CHECK on the proposed row first.)
-    op.execute(
-        """
-        CREATE FUNCTION queue_state_rollup_apply(
-            d_queue uuid[], d_priority smallint[], d_shard smallint[],
-            d_ready bigint[], d_in_flight bigint[], d_dead_letters bigint[]
-        ) RETURNS void LANGUAGE plpgsql AS $$
-        BEGIN
-            PERFORM 1
-            FROM queue_state_rollup AS r
-            JOIN unnest(d_queue, d_priority, d_shard) AS d(queue_id, priority, shard)
-              ON r.queue_id = d.queue_id AND r.priority = d.priority AND r.shard = d.shard
-            ORDER BY r.queue_id, r.priority, r.shard
-            FOR UPDATE OF r;
-
-            UPDATE queue_state_rollup AS r
-            SET ready = r.ready + d.ready,
-                in_flight = r.in_flight + d.in_flight,
-                dead_letters = r.dead_letters + d.dead_letters
-            FROM unnest(d_queue, d_priority, d_shard, d_ready, d_in_flight, d_dead_letters)
-                 AS d(queue_id, priority, shard, ready, in_flight, dead_letters)
-            WHERE r.queue_id = d.queue_id AND r.priority = d.priority AND r.shard = d.shard;
-
-            INSERT INTO queue_state_rollup AS r
-                (queue_id, priority, shard, ready, in_flight, dead_letters)
-            SELECT d.queue_id, d.priority, d.shard, d.ready, d.in_flight, d.dead_letters
-            FROM unnest(d_queue, d_priority, d_shard, d_ready, d_in_flight, d_dead_letters)
-                 AS d(queue_id, priority, shard, ready, in_flight, dead_letters)
-            WHERE NOT EXISTS (
-                SELECT 1 FROM queue_state_rollup AS x
-                WHERE x.queue_id = d.queue_id AND x.priority = d.priority AND x.shard = d.shard
-            )
-            ORDER BY 1, 2, 3
-            ON CONFLICT (queue_id, priority, shard) DO UPDATE
-            SET ready = r.ready + excluded.ready,
-                in_flight = r.in_flight + excluded.in_flight,
-                dead_letters = r.dead_letters + excluded.dead_letters;
-        END
-        $$
-        """
-    )
     message_shard = SHARD.format(id="id")
-    # The deltas of one statement, grouped per counter row, zero rows dropped.
+    # Decrements and moves (UPDATE and DELETE statements): one grouped delta per
+    # counter row, applied row by row in key order, so two transactions touching the
+    # same counters lock them in the same order and cannot deadlock within one
+    # trigger. The counter rows always exist here (the INSERT that made the message or
+    # dead letter made them, and only a queue deletion removes them, after its
+    # messages); a missing one, like a negative count, fails the transaction.
     apply_deltas = """
-            PERFORM queue_state_rollup_apply(
-                array_agg(queue_id ORDER BY queue_id, priority, shard),
-                array_agg(priority ORDER BY queue_id, priority, shard),
-                array_agg(shard ORDER BY queue_id, priority, shard),
-                array_agg(ready ORDER BY queue_id, priority, shard),
-                array_agg(in_flight ORDER BY queue_id, priority, shard),
-                array_agg(dead_letters ORDER BY queue_id, priority, shard))
-            FROM (
+            FOR d IN
                 SELECT queue_id, priority, shard::smallint AS shard,
                        sum(ready)::bigint AS ready, sum(in_flight)::bigint AS in_flight,
                        sum(dead_letters)::bigint AS dead_letters
@@ -105,8 +61,19 @@ def upgrade() -> None:
                      AS change(queue_id, priority, shard, ready, in_flight, dead_letters)
                 GROUP BY 1, 2, 3
                 HAVING sum(ready) <> 0 OR sum(in_flight) <> 0 OR sum(dead_letters) <> 0
-            ) AS delta
-            HAVING count(*) > 0;
+                ORDER BY 1, 2, 3
+            LOOP
+                UPDATE queue_state_rollup
+                SET ready = ready + d.ready,
+                    in_flight = in_flight + d.in_flight,
+                    dead_letters = dead_letters + d.dead_letters
+                WHERE queue_id = d.queue_id AND priority = d.priority AND shard = d.shard;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION 'queue_state_rollup has no row for queue %, priority %, '
+                        'shard %', d.queue_id, d.priority, d.shard
+                        USING ERRCODE = 'check_violation';
+                END IF;
+            END LOOP;
     """
     new_messages = (
         f"SELECT queue_id, priority, {message_shard}, (state = 1)::int, (state = 2)::int, 0 "
@@ -120,6 +87,8 @@ def upgrade() -> None:
         f"""
         CREATE FUNCTION queue_message_rollup() RETURNS trigger
         LANGUAGE plpgsql AS $$
+        DECLARE
+            d record;
         BEGIN
             IF TG_OP = 'INSERT' THEN
                 -- Only positive deltas: one upsert in key order.
@@ -146,6 +115,8 @@ def upgrade() -> None:
         f"""
         CREATE FUNCTION queue_dead_letter_rollup() RETURNS trigger
         LANGUAGE plpgsql AS $$
+        DECLARE
+            d record;
         BEGIN
             IF TG_OP = 'INSERT' THEN
                 INSERT INTO queue_state_rollup AS r (queue_id, priority, shard, dead_letters)

@@ -25,7 +25,13 @@ async def test_several_api_processes_share_the_port_and_sum_their_metrics(
     database_url: str, tmp_path: Path
 ) -> None:
     port = free_port()
-    env = {**retsu_env(database_url), "RETSU_HTTP__PORT": str(port), "RETSU_HTTP__WORKERS": "3"}
+    env = {
+        **retsu_env(database_url),
+        "RETSU_HTTP__PORT": str(port),
+        "RETSU_HTTP__WORKERS": "3",
+        "RETSU_DATABASE__MAX_CONNECTIONS": "4",
+        "RETSU_LOGGING__FILTER": "info",
+    }
     process = RetsuProcess(["api"], env, tmp_path / "api.log")
     base = f"http://127.0.0.1:{port}"
     try:
@@ -43,7 +49,8 @@ async def test_several_api_processes_share_the_port_and_sum_their_metrics(
                     )
                     return response.status_code
 
-            assert await asyncio.gather(*(enqueue() for _ in range(30))) == [201] * 30
+            statuses = await asyncio.gather(*(enqueue() for _ in range(30)))
+            assert statuses == [201] * 30, process.log_path.read_text()[-4000:]
             for _ in range(20):
                 async with httpx.AsyncClient(base_url=base, timeout=10) as single:
                     metrics = (await single.get("/metrics")).text
