@@ -46,9 +46,9 @@ async def lp_database(postgres_server: PostgresServer) -> AsyncIterator[str]:
     await drop_database(postgres_server, url)
 
 
-def start_api(database_url: str, log_dir: Path, name: str) -> Api:
+def start_api(database_url: str, log_dir: Path, name: str, **settings: str) -> Api:
     port = free_port()
-    env = retsu_env(database_url, http__port=str(port))
+    env = retsu_env(database_url, http__port=str(port), **settings)
     process = RetsuProcess(["api"], env, log_dir / f"{name}.log")
     base = f"http://127.0.0.1:{port}"
     try:
@@ -227,6 +227,44 @@ async def test_a_paused_queue_holds_a_poll_until_resumed_through_the_other_proce
     assert answer.response.json()["id"] == message_id
     print(f"\nresume -> poll answered in {max(0.0, answer.at - at) * 1000:.1f} ms")
     assert answer.at - at < 0.300
+
+
+async def test_with_the_shared_cache_on_a_resume_still_wakes_the_poll_at_once(
+    lp_database: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The resume's NOTIFY can arrive before the resuming process has written the
+    shared cache: the woken poll may still read "paused" and looks again 0.1 s later."""
+    cache = {"cache__distributed__enabled": "true", "cache__distributed__url": redis_url}
+    a = start_api(lp_database, tmp_path, "cached-a", **cache)
+    try:
+        b = start_api(lp_database, tmp_path, "cached-b", **cache)
+    except BaseException:
+        a.process.stop()
+        raise
+    resume_latencies = []
+    try:
+        async with (
+            httpx.AsyncClient(base_url=a.base, timeout=30) as on_a,
+            httpx.AsyncClient(base_url=b.base, timeout=30) as on_b,
+        ):
+            queue_id = await new_queue(on_b)
+            for trial in range(3):
+                assert (await on_b.post(f"/v1/queues/{queue_id}/pause")).status_code == 200
+                message_id = await enqueue(on_b, queue_id, f"held-{trial}")
+                poll = asyncio.create_task(timed_poll(on_a, queue_id, wait_seconds=10))
+                await asyncio.sleep(1.2)
+                assert not poll.done(), poll.result().response.text
+                resumed = await on_b.post(f"/v1/queues/{queue_id}/resume")
+                at = time.perf_counter()
+                assert resumed.status_code == 200, resumed.text
+                answer = await poll
+                assert answer.response.json()["id"] == message_id
+                resume_latencies.append(max(0.0, answer.at - at))
+    finally:
+        codes = (a.process.stop(), b.process.stop())
+    assert codes == (0, 0), a.process.output() + b.process.output()
+    print("\n" + summary("shared cache on: resume -> poll answered", resume_latencies))
+    assert max(resume_latencies) < 0.300
 
 
 async def test_a_released_lease_and_an_ending_delay_wake_a_waiting_poll(

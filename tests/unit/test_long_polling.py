@@ -239,6 +239,49 @@ async def test_a_paused_queue_holds_a_long_poll_until_it_is_resumed(world: World
     assert world.elapsed == 5
 
 
+class LaggingDetails:
+    """Queue details through a shared cache that the resuming process has not written
+    yet: the next read after ``lag_once(queue)`` still returns that (stale) queue."""
+
+    def __init__(self, inner: RepositoryQueueDetails) -> None:
+        self._inner = inner
+        self._stale: Queue | None = None
+
+    def lag_once(self, queue: Queue) -> None:
+        self._stale = queue
+
+    async def details_of(self, queue_id: UUID) -> Queue:
+        if self._stale is not None:
+            stale, self._stale = self._stale, None
+            return stale
+        return await self._inner.details_of(queue_id)
+
+
+async def test_a_resume_seen_late_through_the_cache_is_rechecked_within_milliseconds(
+    world: World,
+) -> None:
+    queue = await world.queue()
+    paused = await world.pause_queue(PauseQueueCommand(queue.id))
+    await world.send(queue, "held")
+    details = LaggingDetails(RepositoryQueueDetails(world.repository))
+    dequeue = Dequeue(
+        world.repository,
+        details,
+        RecordingQueueEvents(),
+        signals=world.signals,
+        monotonic=world.signals.monotonic,
+    )
+    poll = asyncio.create_task(dequeue(DequeueCommand(queue.id, DequeueOptions(wait_seconds=20))))
+    await world.advance(2)
+    details.lag_once(paused)  # the resume's signal arrives before the cache is written
+    await world.resume_queue(PauseQueueCommand(queue.id))
+    await world.settle()
+    assert not poll.done()
+    await world.advance(0.01)
+    assert payloads(await finish(poll)) == ["held"]
+    assert world.elapsed == 2.01, "looked again 10 ms later, not at the next 1 s re-check"
+
+
 async def test_a_queue_paused_during_a_wait_is_not_claimed_from(world: World) -> None:
     queue = await world.queue()
     poll = world.poll(queue, wait_seconds=10)
@@ -352,9 +395,10 @@ async def test_a_cancelled_poll_unregisters(world: World) -> None:
 class RecordingAnnouncer:
     def __init__(self) -> None:
         self.announced: list[UUID] = []
+        self.queue_changes: list[UUID] = []
 
-    def announce(self, queue_id: UUID) -> None:
-        self.announced.append(queue_id)
+    def announce(self, queue_id: UUID, *, queue_changed: bool = False) -> None:
+        (self.queue_changes if queue_changed else self.announced).append(queue_id)
 
 
 async def test_only_changes_that_can_make_a_message_deliverable_are_announced() -> None:
@@ -404,7 +448,20 @@ async def test_the_postgres_wiring_leaves_queue_changes_to_the_database_trigger(
     )
     await PauseQueue(repository, details, names)(PauseQueueCommand(queue.id))
     await ResumeQueue(repository, details, names)(PauseQueueCommand(queue.id))
-    assert announcer.announced == []  # migration 0004's trigger notifies these
+    assert announcer.announced == announcer.queue_changes == []  # the trigger notifies these
+
+
+async def test_over_the_memory_repository_queue_changes_are_announced_as_such() -> None:
+    clock = FakeClock()
+    announcer = RecordingAnnouncer()
+    repository = SignallingRepository(InMemoryRepository(clock), announcer)
+    details = RepositoryQueueDetails(repository)
+    names = DetailsQueueNames(details)
+    queue = await CreateQueue(repository, details, names, Uuid7Generator(), clock)(
+        CreateQueueCommand(name="orders")
+    )
+    await ResumeQueue(repository, details, names)(PauseQueueCommand(queue.id))
+    assert announcer.queue_changes == [queue.id] and announcer.announced == []
 
 
 async def test_before_it_is_started_the_postgres_adapter_only_wakes_local_waiters() -> None:

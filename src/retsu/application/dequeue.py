@@ -34,9 +34,10 @@ MIN_WAIT_SECONDS = 0.01
 # resume signals the queue), every loop while the queue is paused, and at least this
 # often otherwise: a pause whose signal was lost is noticed within this time.
 DETAILS_REFRESH_SECONDS = 10.0
-# After a signal, the queue may still look paused for a moment (the shared cache is
-# written just after the database commit that sent the signal): look again soon.
-PAUSED_AFTER_SIGNAL_RECHECK_SECONDS = 0.1
+# After a signal that the queue itself changed (a resume), the queue may still look
+# paused for a moment: the shared cache is written just after the database commit that
+# sent the signal. Look again after this long, then twice as long…, up to the re-check.
+PAUSED_AFTER_RESUME_RECHECK_SECONDS = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,10 @@ class _SleepingWatch:
 
     def __exit__(self, *exc_info: object) -> None:
         return None
+
+    @property
+    def queue_changed(self) -> bool:
+        return False
 
     async def wait(self, seconds: float) -> bool:
         await asyncio.sleep(seconds)
@@ -101,7 +106,7 @@ class Dequeue:
         with self._signals.watch(queue_id) as watch:
             queue = await self._details.details_of(queue_id)
             details_read_at = self._monotonic()
-            signalled = False
+            paused_recheck: float | None = None  # after a resume signal, while still "paused"
             while True:
                 next_available_in: float | None = None
                 if not queue.paused:
@@ -116,8 +121,8 @@ class Dequeue:
                 timeout = min(remaining, RECHECK_SECONDS)
                 if next_available_in is not None:
                     timeout = min(timeout, max(next_available_in, MIN_WAIT_SECONDS))
-                if queue.paused and signalled:
-                    timeout = min(timeout, PAUSED_AFTER_SIGNAL_RECHECK_SECONDS)
+                if paused_recheck is not None:
+                    timeout = min(timeout, paused_recheck)
                 signalled = await watch.wait(timeout)
                 if self._signals.closed:
                     return []  # shutdown: answer empty at once, no further claim
@@ -125,6 +130,14 @@ class Dequeue:
                 if signalled or queue.paused or now - details_read_at >= DETAILS_REFRESH_SECONDS:
                     queue = await self._details.details_of(queue_id)
                     details_read_at = now
+                if not queue.paused:
+                    paused_recheck = None
+                elif signalled and watch.queue_changed:
+                    paused_recheck = PAUSED_AFTER_RESUME_RECHECK_SECONDS
+                elif paused_recheck is not None:
+                    paused_recheck *= 2
+                    if paused_recheck >= RECHECK_SECONDS:
+                        paused_recheck = None
 
     async def _claim(self, queue: Queue, options: DequeueOptions) -> DequeueResult:
         result = await self._messages.dequeue(

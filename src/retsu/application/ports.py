@@ -296,6 +296,12 @@ class SignalWatch(Protocol):
         previous wait returned (or once shutdown begins), False after ``seconds``."""
         ...
 
+    @property
+    def queue_changed(self) -> bool:
+        """Whether the last wait returned for a change of the queue itself (resumed,
+        paused, deleted), not only for a message."""
+        ...
+
 
 class MessageSignals(Protocol):
     """Hints that a queue may have a deliverable message (a message arrived, a lease was

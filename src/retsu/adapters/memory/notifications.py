@@ -33,12 +33,21 @@ from retsu.adapters.memory.clock import FakeClock
 class InProcessWatch:
     """One long poll's registration for one queue (use as a context manager)."""
 
-    __slots__ = ("_hub", "_queue_id", "_signalled", "_waiter")
+    __slots__ = (
+        "_hub",
+        "_queue_changed",
+        "_queue_changed_seen",
+        "_queue_id",
+        "_signalled",
+        "_waiter",
+    )
 
     def __init__(self, hub: InProcessMessageSignals, queue_id: UUID) -> None:
         self._hub = hub
         self._queue_id = queue_id
         self._signalled = False
+        self._queue_changed = False
+        self._queue_changed_seen = False
         self._waiter: asyncio.Future[None] | None = None
 
     @property
@@ -54,8 +63,13 @@ class InProcessWatch:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()
 
-    def signal(self) -> None:
+    @property
+    def queue_changed(self) -> bool:
+        return self._queue_changed_seen
+
+    def signal(self, *, queue_changed: bool = False) -> None:
         self._signalled = True
+        self._queue_changed = self._queue_changed or queue_changed
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -67,7 +81,8 @@ class InProcessWatch:
             finally:
                 self._waiter = None
         woken = self._signalled or self._hub.closed
-        self._signalled = False
+        self._queue_changed_seen = self._queue_changed
+        self._signalled = self._queue_changed = False
         return woken
 
 
@@ -93,15 +108,16 @@ class InProcessMessageSignals:
 
     # -- signalling ----------------------------------------------------------------
 
-    def announce(self, queue_id: UUID) -> None:
+    def announce(self, queue_id: UUID, *, queue_changed: bool = False) -> None:
         """A change this process committed may have made a message of ``queue_id``
-        deliverable: wake its waiters (here, the process's own)."""
-        self.signal(queue_id)
+        deliverable (or changed the queue itself): wake its waiters (here, the
+        process's own)."""
+        self.signal(queue_id, queue_changed=queue_changed)
 
-    def signal(self, queue_id: UUID) -> None:
+    def signal(self, queue_id: UUID, *, queue_changed: bool = False) -> None:
         """Wake every long poll waiting on ``queue_id`` in this process."""
         for watch in self._watches.get(queue_id, ()):
-            watch.signal()
+            watch.signal(queue_changed=queue_changed)
 
     def signal_all(self) -> None:
         """Wake every long poll (a signal may have been missed, or shutdown began)."""
@@ -223,7 +239,7 @@ QUEUE_EVENTS: dict[str, Predicate] = {
 
 
 class Announcer(Protocol):
-    def announce(self, queue_id: UUID) -> None: ...
+    def announce(self, queue_id: UUID, *, queue_changed: bool = False) -> None: ...
 
 
 class SignallingRepository:
@@ -245,17 +261,19 @@ class SignallingRepository:
         predicate = self._events.get(name)
         if predicate is None:
             return attribute
-        return self._announcing(attribute, predicate)
+        wrapped = self._announcing(attribute, predicate, queue_changed=name in QUEUE_EVENTS)
+        setattr(self, name, wrapped)  # found directly from now on
+        return wrapped
 
     def _announcing(
-        self, method: Callable[..., Awaitable[Any]], predicate: Predicate
+        self, method: Callable[..., Awaitable[Any]], predicate: Predicate, *, queue_changed: bool
     ) -> Callable[..., Awaitable[Any]]:
         announcer = self._announcer
 
         async def call(queue_id: UUID, *args: Any, **kwargs: Any) -> Any:
             result = await method(queue_id, *args, **kwargs)
             if predicate(args, kwargs, result):
-                announcer.announce(queue_id)
+                announcer.announce(queue_id, queue_changed=queue_changed)
             return result
 
         return call

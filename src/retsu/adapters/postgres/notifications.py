@@ -11,11 +11,12 @@ Who notifies:
   enqueue, a redrive or a lease release): the local waiters are woken at once, and
   the queue id is queued for a NOTIFY to the other processes. The NOTIFY is sent on
   the same dedicated connection, in its own tiny transaction, batched (every queue
-  announced since the previous send, de-duplicated) and with ``synchronous_commit``
-  off, so it never waits for a WAL flush and never touches the enqueue's transaction.
-  (A NOTIFY inside the enqueue transaction serialises all enqueue commits on
-  PostgreSQL's notify lock — measured at -85 % enqueue throughput with 8 connections,
-  see docs/long-polling.md.) Our own notifications come back to us; they are skipped.
+  announced since the previous send, de-duplicated; at most one send per 5 ms) and
+  with ``synchronous_commit`` off, so it never waits for a WAL flush and never touches
+  the enqueue's transaction. (A NOTIFY inside the enqueue transaction serialises all
+  enqueue commits on PostgreSQL's notify lock — measured at −45 to −85 % enqueue
+  throughput with 8 connections, see docs/long-polling.md.) Our own notifications
+  come back to us; they are skipped.
 * migration 0004's trigger, for queue changes (paused changed, queue deleted), made by
   any process.
 
@@ -42,13 +43,21 @@ from retsu.adapters.postgres.engine import async_url
 log = logging.getLogger("retsu.adapters.postgres.notifications")
 
 CHANNEL = "retsu_messages"
+# Payloads: "<queue id>:messages" (announced by an API process: a message may be
+# deliverable) or a bare "<queue id>" (migration 0004's trigger: the queue itself
+# changed — resumed, paused, deleted).
+MESSAGES_SUFFIX = ":messages"
 # A connection that lasted this long was healthy: the next reconnect starts fast again.
 STABLE_SECONDS = 10.0
+# At most one NOTIFY transaction per this interval per process: sporadic announcements
+# go out at once; under a stream of enqueues they are batched (a few ms of latency
+# instead of one notify transaction — and one wake-up of every listener — per enqueue).
+NOTIFY_INTERVAL_SECONDS = 0.005
 # One statement, so one round trip and its own transaction: set_config(…, true) turns
 # synchronous_commit off for this transaction only (a lost hint is harmless).
 NOTIFY_SQL = (
     "SELECT set_config('synchronous_commit', 'off', true), "
-    f"count(pg_notify('{CHANNEL}', queue_id)) FROM unnest($1::text[]) AS queue_id"
+    f"count(pg_notify('{CHANNEL}', payload)) FROM unnest($1::text[]) AS payload"
 )
 
 
@@ -69,6 +78,7 @@ class PostgresMessageSignals(InProcessMessageSignals):
         reconnect_initial_seconds: float = 0.1,
         reconnect_max_seconds: float = 5.0,
         probe_interval_seconds: float = 30.0,
+        notify_interval_seconds: float = NOTIFY_INTERVAL_SECONDS,
     ) -> None:
         super().__init__()
         self._dsn = listen_dsn(url)
@@ -77,11 +87,13 @@ class PostgresMessageSignals(InProcessMessageSignals):
         self._reconnect_initial = reconnect_initial_seconds
         self._reconnect_max = reconnect_max_seconds
         self._probe_interval = probe_interval_seconds
+        self._notify_interval = notify_interval_seconds
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
         # Something for the connection task to do: announcements to send, or it was lost.
         self._attention = asyncio.Event()
-        self._announced: set[UUID] = set()
+        # Queue id → whether the queue itself changed, announced since the last NOTIFY.
+        self._announced: dict[UUID, bool] = {}
         self._own_pid: int | None = None
         # How many times the connection was (re)established; for tests and logs.
         self.connections = 0
@@ -91,10 +103,10 @@ class PostgresMessageSignals(InProcessMessageSignals):
         """True while the LISTEN connection is up (else waiters rely on re-checks)."""
         return self._listening.is_set()
 
-    def announce(self, queue_id: UUID) -> None:
-        self.signal(queue_id)
+    def announce(self, queue_id: UUID, *, queue_changed: bool = False) -> None:
+        self.signal(queue_id, queue_changed=queue_changed)
         if self._task is not None:  # not started (a worker role): nobody to tell
-            self._announced.add(queue_id)
+            self._announced[queue_id] = self._announced.get(queue_id, False) or queue_changed
             self._attention.set()
 
     async def start(self) -> None:
@@ -126,12 +138,13 @@ class PostgresMessageSignals(InProcessMessageSignals):
     def _on_notification(self, connection: Any, pid: int, channel: str, payload: str) -> None:
         if pid == self._own_pid:
             return  # our own announcement: the local waiters were woken already
+        queue_changed = not payload.endswith(MESSAGES_SUFFIX)
         try:
-            queue_id = UUID(payload)
+            queue_id = UUID(payload.removesuffix(MESSAGES_SUFFIX))
         except ValueError:
             log.debug("ignoring a notification that names no queue")
             return
-        self.signal(queue_id)
+        self.signal(queue_id, queue_changed=queue_changed)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -190,6 +203,8 @@ class PostgresMessageSignals(InProcessMessageSignals):
         # Notifications sent while nobody listened are lost: every waiter looks again.
         self.signal_all()
         self._attention.set()  # send what was announced meanwhile
+        loop = asyncio.get_running_loop()
+        last_sent = -self._notify_interval
         while True:
             try:
                 async with asyncio.timeout(self._probe_interval):
@@ -201,18 +216,24 @@ class PostgresMessageSignals(InProcessMessageSignals):
             if lost:
                 raise ConnectionError("the LISTEN connection was closed")
             if self._announced:
-                batch, self._announced = self._announced, set()
+                pause = last_sent + self._notify_interval - loop.time()
+                if pause > 0:
+                    await asyncio.sleep(pause)  # let more announcements join this batch
+                last_sent = loop.time()
+                batch, self._announced = self._announced, {}
+                payloads = [
+                    str(queue_id) if changed else f"{queue_id}{MESSAGES_SUFFIX}"
+                    for queue_id, changed in batch.items()
+                ]
                 try:
-                    await connection.fetchval(
-                        NOTIFY_SQL, [str(q) for q in batch], timeout=self._connect_timeout
-                    )
+                    await connection.fetchval(NOTIFY_SQL, payloads, timeout=self._connect_timeout)
                 except asyncpg.PostgresError as error:
                     if (
                         lost
                         or connection.is_closed()
                         or isinstance(error, asyncpg.PostgresConnectionError)
                     ):
-                        self._announced |= batch  # sent after reconnecting
+                        self._restore(batch)  # sent after reconnecting
                         raise
                     # The server refused (e.g. its notification queue is full because some
                     # listener stopped reading): the connection is fine, the hint is lost,
@@ -223,5 +244,9 @@ class PostgresMessageSignals(InProcessMessageSignals):
                         error.sqlstate,
                     )
                 except BaseException:
-                    self._announced |= batch  # sent after reconnecting
+                    self._restore(batch)  # sent after reconnecting
                     raise
+
+    def _restore(self, batch: dict[UUID, bool]) -> None:
+        for queue_id, changed in batch.items():
+            self._announced[queue_id] = self._announced.get(queue_id, False) or changed

@@ -85,7 +85,7 @@ _ENQUEUE = sa.text(
 _DEQUEUE = sa.text(
     f"""
     WITH exhausted AS (
-        SELECT id
+        SELECT id, priority
         FROM queue_message
         WHERE queue_id = :queue_id AND state = {IN_FLIGHT}
           AND available_after <= now() AND expires_at > now()
@@ -110,6 +110,24 @@ _DEQUEUE = sa.text(
         ORDER BY priority DESC, enqueue_order
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
+    ), counters AS (
+        -- Every rollup counter row this statement's triggers will write, locked now in
+        -- key order: the claim, requeue, removal and dead-letter triggers then find
+        -- them already held, so this statement takes its counter locks in one ordered
+        -- pass, like every other writer, and cannot deadlock with them.
+        SELECT 1
+        FROM queue_state_rollup AS r
+        WHERE r.queue_id = :queue_id
+          AND (r.priority, r.shard) IN (
+              SELECT touched.priority, (get_byte(uuid_send(touched.id), 15) & 31)::smallint
+              FROM (
+                  SELECT id, priority FROM exhausted
+                  UNION ALL SELECT id, priority FROM retryable
+                  UNION ALL SELECT id, priority FROM ready
+              ) AS touched
+          )
+        ORDER BY r.priority, r.shard
+        FOR UPDATE
     ), chosen AS (
         SELECT id FROM (
             SELECT id, priority, enqueue_order FROM ready
@@ -152,6 +170,7 @@ _DEQUEUE = sa.text(
     )
     SELECT claimed.*, counts.dead_lettered,
            EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
+           (SELECT count(*) FROM counters) AS counters_locked,
            -- Only when nothing was claimed (the subquery is an InitPlan, evaluated on
            -- first use, so a successful claim never runs it): seconds until the next
            -- delay or lease of the queue ends, two index probes. A long poll sleeps
