@@ -58,7 +58,7 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "auth.tokens": (),
 }
 
-# Inclusive numeric ranges from the table (database.max_connections: "≥ 1", capped at 1000).
+# Inclusive numeric ranges from the table (database.max_connections: "≥ 1": any 32-bit count).
 RANGES: dict[str, tuple[int, int]] = {
     "http.port": (1, 65535),
     "http.workers": (1, 64),
@@ -68,7 +68,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "cache.in_memory.regions.queue_names.max_capacity_bytes": (1, 4294967295),
     "cache.distributed.connection_timeout_milliseconds": (1, 10000),
     "cache.distributed.command_timeout_milliseconds": (1, 10000),
-    "database.max_connections": (1, 1000),
+    "database.max_connections": (1, 2_147_483_647),
     "database.acquire_timeout_seconds": (5, 60),
     "worker.shutdown_timeout_seconds": (1, 300),
     "worker.management.port": (1, 65535),
@@ -742,9 +742,19 @@ def test_bad_tokens_in_yaml_never_echo_secrets(tmp_path: Path) -> None:
     assert SECRET not in message
 
 
-def test_auth_enabled_needs_a_token(tmp_path: Path) -> None:
-    message = error_of(tmp_path, {"RETSU_AUTH__ENABLED": "true"})
-    assert message == "auth.tokens: at least one token is required when auth.enabled is true"
+def test_auth_enabled_without_tokens_is_allowed_with_a_warning(tmp_path: Path) -> None:
+    # The table accepts tokens = [] whatever auth.enabled says; every /v1 call then
+    # gets 401, and the operator is told so once.
+    loaded = load(tmp_path, {"RETSU_AUTH__ENABLED": "true"})
+    assert loaded.settings.auth.enabled is True
+    assert loaded.settings.auth.tokens == ()
+    assert any("auth.tokens is empty" in warning for warning in loaded.warnings)
+
+
+def test_a_malformed_url_is_a_one_line_error(tmp_path: Path) -> None:
+    message = error_of(tmp_path, {"RETSU_DATABASE__URL": "postgresql://u:pw@[::1:5432/x"})
+    assert message.startswith("database.url: is not a valid URL")
+    assert "pw" not in message
 
 
 def test_tokens_without_auth_enabled_warn(tmp_path: Path) -> None:

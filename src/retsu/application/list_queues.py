@@ -14,7 +14,7 @@ from retsu.domain.cursor import (
     open_cursor,
     seal_cursor,
 )
-from retsu.domain.queue import Queue, validate_queue_name
+from retsu.domain.queue import Queue, is_valid_queue_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,10 @@ class ListQueues:
 
     async def __call__(self, query: ListQueuesQuery) -> Page[Queue]:
         limit = LIST_LIMIT.check(query.limit)
-        name = None if query.name is None else validate_queue_name(query.name)
+        name = query.name
+        if name is not None and not is_valid_queue_name(name):
+            # No queue can have this name: an exact-name filter matches nothing.
+            return Page(items=[], next_cursor=None)
         scope: list[str | None] = [name]
         after = None
         if query.cursor is not None:

@@ -24,6 +24,14 @@ DEFAULT_MAX_DELIVERY_ATTEMPTS = 5
 DEFAULT_MESSAGE_TTL_SECONDS = 604_800
 
 
+def is_valid_queue_name(name: str) -> bool:
+    return (
+        isinstance(name, str)
+        and 1 <= len(name) <= NAME_MAX_LENGTH
+        and _NAME_PATTERN.fullmatch(name) is not None
+    )
+
+
 def validate_queue_name(name: str) -> str:
     """1–64 chars of ``a-z 0-9 . _ -``, starting and ending with a letter or digit."""
     if not isinstance(name, str):

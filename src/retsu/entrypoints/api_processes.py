@@ -56,6 +56,14 @@ def _child(settings: Settings) -> None:
     raise SystemExit(run(run_api(settings, sockets=[sock])))
 
 
+def _forget_metrics_of(process: BaseProcess) -> None:
+    """A dead process's live gauges (active requests) must not linger in the sum."""
+    if process.pid is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(process.pid)  # type: ignore[no-untyped-call]
+
+
 def run_api_processes(settings: Settings, count: int) -> int:
     from retsu.adapters.postgres.engine import create_engine
     from retsu.entrypoints.database import ensure_database_ready
@@ -98,7 +106,6 @@ def run_api_processes(settings: Settings, count: int) -> int:
         count,
         extra={"bind_address": settings.http.bind_address, "port": settings.http.port},
     )
-    failed = False
     while True:
         alive = [p for p in processes if p.is_alive()]
         if stopping and not alive:
@@ -108,7 +115,7 @@ def run_api_processes(settings: Settings, count: int) -> int:
                 log.error(
                     "API process %s exited with %s; restarting it", process.pid, process.exitcode
                 )
-                failed = failed or process.exitcode not in (0, None)
+                _forget_metrics_of(process)
                 time.sleep(RESTART_DELAY_SECONDS)
                 processes[index] = start()
         time.sleep(0.1)

@@ -64,9 +64,9 @@ DEFAULT_CONFIG_FILE: Final = Path("config") / "retsu.yaml"
 ENV_PREFIX: Final = "RETSU_"
 SCOPES: Final = frozenset({"messages", "admin"})
 ENVIRONMENTS: Final = ("local", "test", "staging", "production")
-# SPEC says only "≥ 1"; a pool beyond this is a typo, and PostgreSQL's own default
-# max_connections is 100.
-MAX_DATABASE_CONNECTIONS: Final = 1000
+# SPEC says only "≥ 1": any positive 32-bit count is accepted (PostgreSQL's own
+# max_connections, 100 by default, is the real limit; see docs/operations.md).
+MAX_DATABASE_CONNECTIONS: Final = 2_147_483_647
 
 
 class ConfigError(Exception):
@@ -233,7 +233,10 @@ class _Url:
             raise _Invalid(f"scheme must be one of {', '.join(self.schemes)}, got {scheme!r}")
         if any(char.isspace() for char in value):
             raise _Invalid("must not contain whitespace")
-        parts = urlsplit(value)
+        try:
+            parts = urlsplit(value)
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            raise _Invalid("is not a valid URL") from None
         try:
             parts.port  # noqa: B018 -- property access validates the port
         except ValueError:
@@ -747,9 +750,9 @@ def _assemble(*layers: Mapping[_Path, _Value]) -> tuple[Settings, list[str]]:
 
     warnings: list[str] = []
     if settings.auth.enabled and not settings.auth.tokens:
-        raise ConfigError(
-            "auth.tokens: at least one token is required when auth.enabled is true",
-            setting="auth.tokens",
+        # Allowed by the table (tokens default to []): every /v1 call then gets 401.
+        warnings.append(
+            "auth.enabled is true but auth.tokens is empty: every /v1 request will be refused"
         )
     if settings.auth.tokens and not settings.auth.enabled:
         warnings.append("auth.tokens are configured but auth.enabled is false: no auth")

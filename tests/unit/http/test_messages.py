@@ -424,7 +424,17 @@ async def test_acknowledge_with_a_foreign_handle_is_204(
 ) -> None:
     queue = await new_queue()
     message_id = await _enqueue(client, queue["id"], "job", "HIGH")
+    delivered = await _dequeue(client, queue["id"])
     await _ack(client, queue["id"], {"id": message_id, "receipt_handle": handle})
+    # The foreign handle removed nothing: the real delivery is still current (it can be
+    # released) and the message comes back.
+    released = await client.post(
+        f"/v1/queues/{queue['id']}/messages/{message_id}/visibility",
+        json={"receipt_handle": delivered["receipt_handle"], "visibility_timeout_seconds": 0},
+    )
+    assert released.status_code == 204, released.text
+    again = await _dequeue(client, queue["id"])
+    assert again is not None and again["id"] == message_id
 
 
 @pytest.mark.parametrize(

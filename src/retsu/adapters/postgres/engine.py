@@ -25,13 +25,22 @@ SERVER_SETTINGS = {
 
 
 def async_url(url: str) -> str:
-    """Accept postgres://, postgresql:// and postgresql+asyncpg:// URLs."""
+    """Accept postgres://, postgresql:// and postgresql+asyncpg:// URLs.
+
+    SQLAlchemy hands URL query parameters to asyncpg.connect() as keywords, which
+    knows libpq's ``sslmode`` as ``ssl`` and has no ``connect_timeout`` (Retsu's own
+    ``database.acquire_timeout_seconds`` bounds connecting), so those two are mapped.
+    """
     parsed = make_url(url)
     if parsed.drivername in ("postgres", "postgresql", "postgresql+asyncpg"):
         parsed = parsed.set(drivername="postgresql+asyncpg")
     else:
         raise ValueError(f"not a PostgreSQL URL (scheme {parsed.drivername!r})")
-    return parsed.render_as_string(hide_password=False)
+    query = dict(parsed.query)
+    if "sslmode" in query:
+        query["ssl"] = query.pop("sslmode")
+    query.pop("connect_timeout", None)
+    return parsed.set(query=query).render_as_string(hide_password=False)
 
 
 def _timed_pool_class(on_acquire: Callable[[float], None]) -> type[AsyncAdaptedQueuePool]:

@@ -62,8 +62,14 @@ NOTIFY_SQL = (
 
 
 def listen_dsn(url: str) -> str:
-    """asyncpg's DSN for a Retsu database URL (postgres://, postgresql://, +asyncpg)."""
-    return async_url(url).replace("postgresql+asyncpg://", "postgresql://", 1)
+    """asyncpg's DSN for a Retsu database URL (postgres://, postgresql://, +asyncpg).
+
+    Only the scheme changes: asyncpg reads libpq's own query parameters (sslmode,
+    connect_timeout, host=/socket/dir) from a DSN itself.
+    """
+    async_url(url)  # validates the scheme
+    scheme, rest = url.split("://", 1)
+    return f"postgresql://{rest}" if scheme in ("postgres", "postgresql+asyncpg") else url
 
 
 class PostgresMessageSignals(InProcessMessageSignals):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
+import asyncpg
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import asyncpg as postgresql_asyncpg
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -54,6 +56,17 @@ T = TypeVar("T")
 
 READY = int(MessageState.READY)
 IN_FLIGHT = int(MessageState.IN_FLIGHT)
+
+# Claims, acknowledgements and visibility changes commit without waiting for their WAL
+# flush (synchronous_commit = off for that one statement's own transaction; the
+# setting is read at commit, before a local setting ends). A PostgreSQL crash can
+# lose the last few hundred milliseconds of them, and then the message is simply
+# delivered again: exactly what at-least-once delivery already promises a consumer
+# (a lost acknowledgement means a redelivery, a lost claim a fresh delivery; nothing
+# is lost and no message is stored twice). Enqueues, idempotency keys, redrives and
+# every operator action stay fully durable. Measured: ~+10-30 % dequeue+ack
+# throughput on these machines, whose commits wait on a slow fsync (docs/performance.md).
+_RELAXED_COMMIT = "set_config('synchronous_commit', 'off', true) AS relaxed_commit"
 
 _ENQUEUE = sa.text(
     f"""
@@ -171,6 +184,7 @@ _DEQUEUE = sa.text(
     SELECT claimed.*, counts.dead_lettered,
            EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
            (SELECT count(*) FROM counters) AS counters_locked,
+           {_RELAXED_COMMIT},
            -- Only when nothing was claimed (the subquery is an InitPlan, evaluated on
            -- first use, so a successful claim never runs it): seconds until the next
            -- delay or lease of the queue ends, two index probes. A long poll sleeps
@@ -204,7 +218,8 @@ _ACKNOWLEDGE = sa.text(
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM removed) AS removed,
-           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists
+           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
+           {_RELAXED_COMMIT}
     """
 )
 
@@ -253,7 +268,8 @@ _CHANGE_VISIBILITY = sa.text(
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM changed) AS changed,
-           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists
+           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
+           {_RELAXED_COMMIT}
     """
 )
 
@@ -379,6 +395,25 @@ def _queue_from_row(row: Any) -> Queue:
     )
 
 
+class HotStatement:
+    """A ``text()`` statement compiled once for asyncpg: ``$n`` SQL and the order in
+    which its named parameters become positional arguments."""
+
+    def __init__(self, statement: sa.TextClause) -> None:
+        compiled = statement.compile(dialect=_ASYNCPG_DIALECT)
+        self.sql = compiled.string
+        self._order = tuple(compiled.positiontup or ())
+
+    def arguments(self, parameters: Mapping[str, Any]) -> list[Any]:
+        return [parameters[name] for name in self._order]
+
+
+_ASYNCPG_DIALECT = postgresql_asyncpg.dialect()  # type: ignore[no-untyped-call]
+_HOT_ENQUEUE = HotStatement(_ENQUEUE)
+_HOT_DEQUEUE = HotStatement(_DEQUEUE)
+_HOT_ACKNOWLEDGE = HotStatement(_ACKNOWLEDGE)
+_HOT_CHANGE_VISIBILITY = HotStatement(_CHANGE_VISIBILITY)
+
 _CONSUMER_ATTEMPTS = 5
 _RETRYABLE = frozenset({DEADLOCK_DETECTED, SERIALIZATION_FAILURE})
 # Never a receipt handle Retsu hands out (they are random v4 UUIDs).
@@ -411,19 +446,24 @@ class PostgresRepository:
             await asyncio.sleep(_OPERATOR_RETRY_DELAY_SECONDS * attempt)
         raise AssertionError("unreachable")
 
-    async def _retrying(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run ``work`` — ONE statement, so its own transaction in autocommit mode (no
-        BEGIN/COMMIT round trips on the hot path) — again if PostgreSQL aborted it as a
-        deadlock victim. The rollup triggers of one statement lock their counter rows
-        in key order each, but a statement that fires several of them (a dequeue that
-        also dead-letters) can still form a cycle with a concurrent one; the aborted
-        statement changed nothing, so running it again is safe."""
+    async def _hot(self, statement: HotStatement, parameters: Mapping[str, Any]) -> list[Any]:
+        """Run one hot-path statement (enqueue, dequeue, acknowledge, visibility) on a
+        pooled connection's asyncpg driver directly: one round trip, its own implicit
+        transaction (no BEGIN/COMMIT), asyncpg's prepared-statement cache, none of
+        SQLAlchemy's per-execution work. Run again if PostgreSQL aborted it as a
+        deadlock or serialization victim: the statement changed nothing then. (The
+        dequeue pre-locks its rollup counters so it does not deadlock with other
+        writers; the retry is the safety net.)"""
+        arguments = statement.arguments(parameters)
         for attempt in range(1, _CONSUMER_ATTEMPTS + 1):
             try:
-                async with self._autocommit.connect() as connection:
-                    return await work(connection)
-            except DBAPIError as error:
-                if attempt == _CONSUMER_ATTEMPTS or sqlstate(error) not in _RETRYABLE:
+                async with self._engine.connect() as connection:
+                    raw = await connection.get_raw_connection()
+                    driver = raw.driver_connection
+                    assert driver is not None
+                    return list(await driver.fetch(statement.sql, *arguments))
+            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
+                if attempt == _CONSUMER_ATTEMPTS:
                     raise
             await asyncio.sleep(random.uniform(0, 0.005 * attempt))
         raise AssertionError("unreachable")
@@ -580,15 +620,10 @@ class PostgresRepository:
             "delays": [m.delay_seconds for m in messages],
         }
 
-        async def enqueue(connection: AsyncConnection) -> None:
-            await connection.execute(_ENQUEUE, parameters)
-
         try:
-            await self._retrying(enqueue)
-        except DBAPIError as error:
-            if sqlstate(error) == FOREIGN_KEY_VIOLATION:
-                raise QueueNotFound(queue_id) from None
-            raise
+            await self._hot(_HOT_ENQUEUE, parameters)
+        except asyncpg.ForeignKeyViolationError:
+            raise QueueNotFound(queue_id) from None
 
     async def dequeue(
         self,
@@ -608,31 +643,28 @@ class PostgresRepository:
             "reason": REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
         }
 
-        async def dequeue(connection: AsyncConnection) -> Sequence[Any]:
-            return (await connection.execute(_DEQUEUE, parameters)).all()
-
-        rows = await self._retrying(dequeue)
-        if not rows[0].queue_exists:
+        rows = await self._hot(_HOT_DEQUEUE, parameters)
+        first = rows[0]
+        if not first["queue_exists"]:
             raise QueueNotFound(queue_id)
-        dead_lettered = int(rows[0].dead_lettered)
         claimed = sorted(
-            (row for row in rows if row.id is not None),
-            key=lambda row: (-row.priority, row.enqueue_order),
+            (row for row in rows if row["id"] is not None),
+            key=lambda row: (-row["priority"], row["enqueue_order"]),
         )
         return DequeueResult(
             messages=[
                 DeliveredMessage(
-                    id=row.id,
-                    payload=row.payload,
-                    priority=Priority(row.priority),
-                    receipt_handle=str(row.receipt_handle),
-                    delivery_attempts=row.delivery_attempts,
-                    enqueued_at=row.enqueued_at,
+                    id=row["id"],
+                    payload=row["payload"],
+                    priority=Priority(row["priority"]),
+                    receipt_handle=str(row["receipt_handle"]),
+                    delivery_attempts=row["delivery_attempts"],
+                    enqueued_at=row["enqueued_at"],
                 )
                 for row in claimed
             ],
-            dead_lettered=dead_lettered,
-            next_available_in_seconds=None if claimed else rows[0].next_available_in,
+            dead_lettered=int(first["dead_lettered"]),
+            next_available_in_seconds=None if claimed else first["next_available_in"],
         )
 
     async def enqueue_idempotent(
@@ -687,13 +719,10 @@ class PostgresRepository:
             "timeout": float(visibility_timeout_seconds),
         }
 
-        async def change(connection: AsyncConnection) -> Any:
-            return (await connection.execute(_CHANGE_VISIBILITY, parameters)).one()
-
-        row = await self._retrying(change)
-        if not row.queue_exists:
+        (row,) = await self._hot(_HOT_CHANGE_VISIBILITY, parameters)
+        if not row["queue_exists"]:
             raise QueueNotFound(queue_id)
-        return int(row.changed) == 1
+        return int(row["changed"]) == 1
 
     async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
         ids: list[UUID] = []
@@ -705,13 +734,10 @@ class PostgresRepository:
                 handles.append(handle)
         parameters = {"queue_id": queue_id, "ids": ids, "handles": handles}
 
-        async def acknowledge(connection: AsyncConnection) -> Any:
-            return (await connection.execute(_ACKNOWLEDGE, parameters)).one()
-
-        row = await self._retrying(acknowledge)
-        if not row.queue_exists:
+        (row,) = await self._hot(_HOT_ACKNOWLEDGE, parameters)
+        if not row["queue_exists"]:
             raise QueueNotFound(queue_id)
-        return int(row.removed)
+        return int(row["removed"])
 
     # -- dead letters -----------------------------------------------------------
 
