@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Final
 
-_USERINFO: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s]*@")
+from retsu.adapters.telemetry.logging import redact_secrets
+
 _MAX_DETAIL: Final = 200
 
 
 def describe_error(error: BaseException) -> str:
-    """``TypeName: message``, with any ``user:password@`` of a URL masked, kept short."""
-    text = _USERINFO.sub(r"\1***@", str(error)).replace("\n", " ")
+    """``TypeName: message``, with URL passwords and tokens masked, kept short."""
+    text = redact_secrets(str(error)).replace("\n", " ")
     if len(text) > _MAX_DETAIL:
         text = text[: _MAX_DETAIL - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -29,7 +29,10 @@ T = TypeVar("T")
 
 _JSON_MEDIA_TYPE = b"application/json"
 _MAX_ERROR_LENGTH = 200
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+# The canonical 36-character form only (uuid.UUID alone also takes braces and urn:uuid:).
+UUID_TEXT = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 
 
 def _too_large() -> RequestProblem:
@@ -126,6 +129,6 @@ async def read_optional_json(
 
 def parse_path_id(value: str, name: str) -> UUID:
     """A UUID path segment, or 400 invalid_path."""
-    if len(value) != 36 or _UUID.fullmatch(value) is None:
+    if len(value) != 36 or UUID_TEXT.fullmatch(value) is None:
         raise RequestProblem(400, "invalid_path", f"{name} in the path must be a UUID.")
     return UUID(value)

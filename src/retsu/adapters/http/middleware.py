@@ -25,7 +25,7 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from retsu.adapters.telemetry.logging import current_request_id
-from retsu.adapters.telemetry.metrics import Metrics
+from retsu.adapters.telemetry.metrics import HTTP_METHODS, Metrics
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -51,9 +51,6 @@ UNMATCHED_ROUTE = "unmatched"
 UNTRACED_PATHS: frozenset[str] = frozenset({"/metrics"})
 
 _VALID_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
-_HTTP_METHODS = frozenset(
-    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
-)
 
 
 def request_id_of(scope: Any) -> str:
@@ -177,7 +174,7 @@ class TracingMiddleware:
                 carrier[header.decode("ascii")] = value.decode("latin-1")
         parent = self._propagator.extract(carrier) if carrier is not None else None
         method = scope["method"]
-        known_method = method if method in _HTTP_METHODS else "_OTHER"
+        known_method = method if method in HTTP_METHODS else "_OTHER"
         attributes: dict[str, str] = {
             "http.request.method": known_method,
             "url.path": scope["path"],

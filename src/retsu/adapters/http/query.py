@@ -13,10 +13,10 @@ from uuid import UUID
 
 from litestar import Request
 
+from retsu.adapters.http.body import UUID_TEXT
 from retsu.adapters.http.problems import RequestProblem
 
 _DIGITS = re.compile(r"[0-9]{1,9}")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 def query_text(request: Request[Any, Any, Any], name: str, code: str) -> str | None:
@@ -43,6 +43,6 @@ def query_uuid(request: Request[Any, Any, Any], name: str, code: str) -> UUID | 
     text = query_text(request, name, code)
     if text is None:
         return None
-    if _UUID.fullmatch(text) is None:
+    if UUID_TEXT.fullmatch(text) is None:
         raise RequestProblem(400, code, f"{name} must be a UUID.")
     return UUID(text)

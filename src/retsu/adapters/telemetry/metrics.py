@@ -75,7 +75,8 @@ DB_DURATION_BUCKETS = (
 )
 
 _PRIORITY_LABELS = {p: p.name for p in Priority}
-_HTTP_METHODS = frozenset(
+# Any other method is labelled "_OTHER", so a client cannot mint label values.
+HTTP_METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
 )
 
@@ -244,7 +245,7 @@ class Metrics:
         self, method: str, route: str, status: int, duration_seconds: float
     ) -> None:
         """Record one answered request. ``route`` must be a route template, never a raw path."""
-        if method not in _HTTP_METHODS:
+        if method not in HTTP_METHODS:
             method = "_OTHER"
         key = (method, route, status)
         children = self._http_children.get(key)
