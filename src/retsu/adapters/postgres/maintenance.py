@@ -19,17 +19,14 @@ reported by PostgreSQL is retried the same way.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from retsu.adapters.postgres.errors import DEADLOCK_DETECTED, LOCK_NOT_AVAILABLE, sqlstate
 from retsu.adapters.postgres.tables import MessageState
+from retsu.adapters.postgres.transactions import run_yielding
 from retsu.domain.maintenance import (
     NEVER_DELIVERED,
     PREVIOUSLY_DELIVERED,
@@ -37,11 +34,7 @@ from retsu.domain.maintenance import (
     PurgedDeadLetters,
 )
 
-log = logging.getLogger("retsu.adapters.postgres.maintenance")
-
-_LOCK_TIMEOUT = sa.text("SET LOCAL lock_timeout = '200ms'")
 _ATTEMPTS = 10
-_RETRY_DELAY_SECONDS = 0.05
 
 # Expired: past ``expires_at``; an in-flight message only once its lease has ended
 # too (a consumer holding an active lease may still acknowledge it). Dequeue never
@@ -114,19 +107,12 @@ class PostgresMaintenance:
         self, statement: sa.TextClause, parameters: dict[str, Any], *, rows: bool = True
     ) -> Sequence[Any] | int:
         """One batch in its own transaction: the rows it returns (or its row count)."""
-        for attempt in range(1, _ATTEMPTS + 1):
-            try:
-                async with self._engine.begin() as connection:
-                    await connection.execute(_LOCK_TIMEOUT)
-                    result = await connection.execute(statement, parameters)
-                    return result.all() if rows else int(result.rowcount)
-            except DBAPIError as error:
-                code = sqlstate(error)
-                if attempt == _ATTEMPTS or code not in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
-                    raise
-                log.debug("cleaner batch gave way to a concurrent writer (%s); retrying", code)
-            await asyncio.sleep(_RETRY_DELAY_SECONDS * attempt)
-        raise AssertionError("unreachable")
+
+        async def batch(connection: AsyncConnection) -> Sequence[Any] | int:
+            result = await connection.execute(statement, parameters)
+            return result.all() if rows else int(result.rowcount)
+
+        return await run_yielding(self._engine, batch, attempts=_ATTEMPTS)
 
     async def delete_expired_messages(self, batch_size: int) -> list[ExpiredMessages]:
         rows = await self._run(_DELETE_EXPIRED, {"batch_size": batch_size})

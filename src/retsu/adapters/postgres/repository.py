@@ -19,10 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from retsu.adapters.ids import uuid7
 from retsu.adapters.postgres.errors import (
-    DEADLOCK_DETECTED,
     FOREIGN_KEY_VIOLATION,
-    LOCK_NOT_AVAILABLE,
-    SERIALIZATION_FAILURE,
     UNIQUE_VIOLATION,
     sqlstate,
 )
@@ -35,6 +32,7 @@ from retsu.adapters.postgres.tables import (
     queue_dead_letter_message,
     queue_message,
 )
+from retsu.adapters.postgres.transactions import run_yielding
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
 from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
 from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
@@ -332,9 +330,7 @@ _REDRIVE_MANY = sa.text(
 # Operator bulk changes (purge, delete) wait at most this long for any one lock, then
 # start over: they yield to message traffic instead of ever making a consumer's or
 # producer's transaction the victim of a deadlock (lock_timeout < deadlock_timeout).
-_OPERATOR_LOCK_TIMEOUT = sa.text("SET LOCAL lock_timeout = '200ms'")
 _OPERATOR_ATTEMPTS = 25
-_OPERATOR_RETRY_DELAY_SECONDS = 0.05
 
 _DELETE_ROLLUP = sa.text("DELETE FROM queue_state_rollup WHERE queue_id = :queue_id")
 
@@ -415,7 +411,6 @@ _HOT_ACKNOWLEDGE = HotStatement(_ACKNOWLEDGE)
 _HOT_CHANGE_VISIBILITY = HotStatement(_CHANGE_VISIBILITY)
 
 _CONSUMER_ATTEMPTS = 5
-_RETRYABLE = frozenset({DEADLOCK_DETECTED, SERIALIZATION_FAILURE})
 # Never a receipt handle Retsu hands out (they are random v4 UUIDs).
 _NO_HANDLE = UUID(int=0)
 
@@ -430,21 +425,8 @@ class PostgresRepository:
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def _yielding(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run ``work`` in a transaction that waits at most briefly for each lock, and
-        start over when it had to give up (see ``_OPERATOR_LOCK_TIMEOUT``)."""
-        for attempt in range(1, _OPERATOR_ATTEMPTS + 1):
-            try:
-                async with self._engine.begin() as connection:
-                    await connection.execute(_OPERATOR_LOCK_TIMEOUT)
-                    return await work(connection)
-            except DBAPIError as error:
-                if attempt == _OPERATOR_ATTEMPTS or sqlstate(error) not in (
-                    LOCK_NOT_AVAILABLE,
-                    DEADLOCK_DETECTED,
-                ):
-                    raise
-            await asyncio.sleep(_OPERATOR_RETRY_DELAY_SECONDS * attempt)
-        raise AssertionError("unreachable")
+        """Operator actions give way to consumers (see adapters/postgres/transactions.py)."""
+        return await run_yielding(self._engine, work, attempts=_OPERATOR_ATTEMPTS)
 
     async def _hot(self, statement: HotStatement, parameters: Mapping[str, Any]) -> list[Any]:
         """Run one hot-path statement (enqueue, dequeue, acknowledge, visibility) on a
