@@ -66,3 +66,35 @@ class IdempotencyKeyConflict(Conflict):
         super().__init__(
             "This Idempotency-Key was already used for a different message in this queue."
         )
+
+
+class Unavailable(RetsuError):
+    """The service cannot do this right now; the same request may succeed later.
+
+    Answered as ``503`` with a ``Retry-After`` of ``retry_after_seconds``, so a client
+    can tell a passing outage from a bug (a ``500``).
+    """
+
+    retry_after_seconds: int = 1
+
+
+class DatabaseUnavailable(Unavailable):
+    """PostgreSQL refused or dropped the connection, is restarting, or no pooled
+    connection became free within ``database.acquire_timeout_seconds``."""
+
+    code = "database_unavailable"
+
+    def __init__(self, detail: str = "The database cannot be reached right now.") -> None:
+        super().__init__(f"{detail} Retry shortly.")
+
+
+class Busy(Unavailable):
+    """An operator action could not get its locks while consumers kept them busy."""
+
+    code = "busy"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The queue is too busy to take this change right now (its rows stayed locked); "
+            "retry shortly."
+        )

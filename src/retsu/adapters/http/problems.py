@@ -22,7 +22,7 @@ from litestar.exceptions import HTTPException
 from litestar.types import ExceptionHandlersMap
 
 from retsu.adapters.http.middleware import UNMATCHED_ROUTE, request_id_of
-from retsu.domain.errors import Conflict, InvalidInput, NotFound, RetsuError
+from retsu.domain.errors import Conflict, InvalidInput, NotFound, RetsuError, Unavailable
 
 logger = logging.getLogger("retsu.adapters.http")
 
@@ -92,6 +92,10 @@ def _domain_error(request: Request[Any, Any, Any], exc: Exception) -> Response[b
         return problem_response(404, exc.code, exc.detail)
     if isinstance(exc, Conflict):
         return problem_response(409, exc.code, exc.detail)
+    if isinstance(exc, Unavailable):
+        return problem_response(
+            503, exc.code, exc.detail, {"retry-after": str(exc.retry_after_seconds)}
+        )
     return _unexpected(request, exc)
 
 
