@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "cache.distributed.connection_timeout_milliseconds": 500,
     "cache.distributed.command_timeout_milliseconds": 20,
     "database.url": None,
+    "database.session_url": None,
     "database.max_connections": 10,
     "database.acquire_timeout_seconds": 5,
     "worker.shutdown_timeout_seconds": 30,
@@ -56,6 +56,7 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "worker.queue.state_metrics_collector.leadership_retry_interval_seconds": 15,
     "auth.enabled": False,
     "auth.tokens": (),
+    "console.enabled": True,
 }
 
 # Inclusive numeric ranges from the table (database.max_connections: "≥ 1": any 32-bit count).
@@ -88,6 +89,7 @@ BOOLEANS = (
     "cache.in_memory.enabled",
     "cache.distributed.enabled",
     "auth.enabled",
+    "console.enabled",
 )
 
 SECRET = "hunter2-super-secret-value"
@@ -148,7 +150,7 @@ def test_no_file_no_env_gives_defaults(tmp_path: Path) -> None:
 
 def test_settings_are_immutable() -> None:
     settings = Settings()
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="immutable"):
         settings.http.port = 1  # type: ignore[misc]
 
 

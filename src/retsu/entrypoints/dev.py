@@ -3,23 +3,24 @@ embedded PostgreSQL when no database.url is configured."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from msgspec.structs import replace
+
 from retsu.entrypoints.api import run_api
 from retsu.entrypoints.containers import ApiContainer, WorkerContainer
 from retsu.entrypoints.embedded import embedded_postgres
 from retsu.entrypoints.migrate import migrate_database
-from retsu.entrypoints.settings import Settings
+from retsu.entrypoints.settings import PostgresUrl, Settings
 
 log = logging.getLogger("retsu.dev")
 
 
 def with_database_url(settings: Settings, url: str) -> Settings:
-    return dataclasses.replace(settings, database=dataclasses.replace(settings.database, url=url))
+    return replace(settings, database=replace(settings.database, url=PostgresUrl(url)))
 
 
 def _redis_answers(url: str) -> bool:
@@ -44,10 +45,8 @@ def without_absent_redis(settings: Settings) -> Settings:
         "retsu dev: no Redis answers at the configured cache.distributed.url; "
         "running without the shared cache"
     )
-    cache = dataclasses.replace(
-        settings.cache, distributed=dataclasses.replace(distributed, enabled=False)
-    )
-    return dataclasses.replace(settings, cache=cache)
+    cache = replace(settings.cache, distributed=replace(distributed, enabled=False))
+    return replace(settings, cache=cache)
 
 
 async def _run_with_url(settings: Settings, url: str) -> int:
