@@ -17,6 +17,17 @@ from retsu.entrypoints.worker import Worker
 log = logging.getLogger("retsu.api")
 
 
+def request_limits(settings: Settings) -> serving.RequestLimits:
+    http = settings.http
+    return serving.RequestLimits(
+        max_header_bytes=http.max_header_bytes,
+        max_headers=http.max_headers,
+        header_timeout_seconds=http.header_timeout_seconds,
+        body_timeout_seconds=http.body_timeout_seconds,
+        keep_alive_timeout_seconds=http.keep_alive_timeout_seconds,
+    )
+
+
 async def run_api(
     settings: Settings,
     container: ApiContainer | None = None,
@@ -38,6 +49,7 @@ async def run_api(
                 host=settings.http.bind_address,
                 port=settings.http.port,
                 shutdown_timeout_seconds=settings.worker.shutdown_timeout_seconds,
+                limits=request_limits(settings),
             )
         )
 

@@ -207,6 +207,12 @@ class HttpSettings(_Section, frozen=True):
     bind_address: IPAddress = IPAddress("127.0.0.1")
     port: Annotated[int, Meta(ge=1, le=65535)] = 2424
     workers: Annotated[int, Meta(ge=1, le=64)] = 1
+    # Request bounds (docs/configuration.md, "HTTP limits").
+    max_header_bytes: Annotated[int, Meta(ge=1024, le=1_048_576)] = 32_768
+    max_headers: Annotated[int, Meta(ge=10, le=1000)] = 100
+    header_timeout_seconds: Annotated[int, Meta(ge=1, le=300)] = 10
+    body_timeout_seconds: Annotated[int, Meta(ge=1, le=600)] = 30
+    keep_alive_timeout_seconds: Annotated[int, Meta(ge=1, le=300)] = 5
 
 
 class LoggingSettings(_Section, frozen=True):
