@@ -53,7 +53,7 @@ def embedded_postgres(directory: Path) -> Iterator[str]:
     except ImportError:
         raise StartupError(
             "no database.url is set and the embedded PostgreSQL is not installed: "
-            "pip install 'retsu[embedded]' or set RETSU_DATABASE__URL"
+            "pip install 'retsu-server[embedded]' or set RETSU_DATABASE__URL"
         ) from None
     data = directory / "pgdata"
     server = pgserver.get_server(str(data), cleanup_mode="stop")  # type: ignore[attr-defined]
