@@ -11,6 +11,7 @@ secret (URLs, token secrets): those values are described, not quoted.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import json
@@ -99,11 +100,10 @@ class IPAddress(_Checked):
 
     @classmethod
     def parse(cls, value: object) -> Self:
-        try:
-            if isinstance(value, str):
-                return cls(ipaddress.ip_address(value) and value)
-        except ValueError:
-            pass
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                ipaddress.ip_address(value)
+                return cls(value)
         raise ValueError(f"must be an IP address, got {_describe(value)}")
 
 
@@ -148,11 +148,12 @@ class _Url(_Checked):
             raise ValueError("must not contain whitespace")
         try:
             parts = urlsplit(value)
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            raise ValueError("is not a valid URL") from None
+        try:
             parts.port  # noqa: B018 -- property access validates the port
-        except ValueError as error:  # an unclosed IPv6 bracket, or a port that is no number
-            raise ValueError(
-                "has an invalid port" if "port" in str(error) else "is not a valid URL"
-            ) from None
+        except ValueError:
+            raise ValueError("has an invalid port") from None
         if scheme.lower() == "unix":
             if not parts.path:
                 raise ValueError("must name a socket path, e.g. unix:///run/redis.sock")
