@@ -13,7 +13,7 @@ COPY migrations ./migrations
 RUN python -m venv /opt/retsu \
  && /opt/retsu/bin/pip install --upgrade pip \
  && /opt/retsu/bin/pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/retsu/bin/pip install /wheels/retsu-*.whl \
+ && /opt/retsu/bin/pip install /wheels/retsu_server-*.whl \
  && find /opt/retsu -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/retsu/bin/python -m compileall -q /opt/retsu/lib
 

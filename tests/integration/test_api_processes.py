@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.processes import RetsuProcess, free_port, retsu_env
+from tests.support.processes import RetsuProcess, free_port, retsu_env, run_retsu
 
 pytestmark = pytest.mark.integration
 
@@ -61,5 +65,87 @@ async def test_several_api_processes_share_the_port_and_sum_their_metrics(
                         )
                         == 30
                     )
+    finally:
+        assert process.stop() == 0, process.output()
+
+
+def _second_instance_refused(database_url: str, port: int, workers: int) -> None:
+    env = {**retsu_env(database_url), "RETSU_HTTP__PORT": str(port)}
+    env["RETSU_HTTP__WORKERS"] = str(workers)
+    result = run_retsu(["api"], env, timeout=30)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == f"retsu: cannot listen on 127.0.0.1:{port}: the port is already in use"
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("first_workers", [1, 2])
+def test_a_port_already_served_is_a_startup_error(
+    database_url: str, tmp_path: Path, first_workers: int
+) -> None:
+    port = free_port()
+    env = {
+        **retsu_env(database_url),
+        "RETSU_HTTP__PORT": str(port),
+        "RETSU_HTTP__WORKERS": str(first_workers),
+    }
+    first = RetsuProcess(["api"], env, tmp_path / "first.log")
+    try:
+        first.wait_until_ready(f"http://127.0.0.1:{port}/health/ready")
+        # Neither a multi-process nor a single-process instance may join the port.
+        _second_instance_refused(database_url, port, workers=2)
+        _second_instance_refused(database_url, port, workers=1)
+        assert httpx.get(f"http://127.0.0.1:{port}/health/ready").status_code == 200
+    finally:
+        assert first.stop() == 0, first.output()
+
+
+def test_a_management_port_already_served_is_a_startup_error(database_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**retsu_env(database_url), "RETSU_WORKER__MANAGEMENT__PORT": str(port)}
+        result = run_retsu(["worker", "run", "queue", "expired-message-cleaner"], env, timeout=30)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == f"retsu: cannot listen on 127.0.0.1:{port}: the port is already in use"
+    assert "Traceback" not in result.stderr
+
+
+def _api_processes(supervisor: int) -> set[int]:
+    """The supervisor's API processes (not multiprocessing's helper processes)."""
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    found = set()
+    for pid in map(int, children):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def test_a_dead_api_process_is_replaced(database_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = {**retsu_env(database_url), "RETSU_HTTP__PORT": str(port), "RETSU_HTTP__WORKERS": "2"}
+    process = RetsuProcess(["api"], env, tmp_path / "api.log")
+    try:
+        process.wait_until_ready(f"http://127.0.0.1:{port}/health/ready")
+        deadline = time.monotonic() + 30
+        while len(before := _api_processes(process.process.pid)) < 2:
+            assert time.monotonic() < deadline, process.output()
+            time.sleep(0.1)
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:
+            now = _api_processes(process.process.pid)
+            if victim not in now and len(now) == 2:
+                break
+            assert time.monotonic() < deadline, f"{now} {process.output()}"
+            time.sleep(0.1)
+        for _ in range(10):  # fresh connections reach both processes
+            assert httpx.get(f"http://127.0.0.1:{port}/health/ready").status_code == 200
     finally:
         assert process.stop() == 0, process.output()

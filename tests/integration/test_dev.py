@@ -3,6 +3,7 @@ process, and messages that survive a restart."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -55,3 +56,40 @@ def test_dev_runs_on_an_embedded_postgresql_and_keeps_messages_across_restarts(
     output = (tmp_path / "dev-2.log").read_text()
     assert output.count("running without the shared cache") == 1
     assert "Traceback" not in output
+    assert "RuntimeDirWarning" not in output
+
+
+def test_dev_says_where_it_listens_at_the_default_log_level(tmp_path: Path) -> None:
+    port = free_port()
+    env = retsu_env(None, http__port=str(port))
+    env.pop("XDG_RUNTIME_DIR", None)  # as for root in a container
+    process = RetsuProcess(["dev"], env, tmp_path / "dev.log", cwd=tmp_path)
+    try:
+        process.wait_until_ready(f"http://127.0.0.1:{port}/health/ready", timeout=60)
+        deadline = time.monotonic() + 10
+        while "database:" not in process.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        assert process.stop() == 0, process.output()
+    output = (tmp_path / "dev.log").read_text()
+    assert output.count("retsu dev is ready") == 1
+    assert f"API:       http://127.0.0.1:{port}" in output
+    assert f"console:   http://127.0.0.1:{port}/console/" in output
+    assert "database:  postgresql://postgres@/retsu?host=" in output
+    assert "RuntimeDirWarning" not in output and "XDG_RUNTIME_DIR" not in output
+
+
+def test_dev_leaves_out_the_console_when_it_is_disabled(tmp_path: Path) -> None:
+    port = free_port()
+    env = retsu_env(None, http__port=str(port), console__enabled="false")
+    process = RetsuProcess(["dev"], env, tmp_path / "dev.log", cwd=tmp_path)
+    try:
+        process.wait_until_ready(f"http://127.0.0.1:{port}/health/ready", timeout=60)
+        deadline = time.monotonic() + 10
+        while "database:" not in process.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        assert process.stop() == 0, process.output()
+    output = (tmp_path / "dev.log").read_text()
+    assert "retsu dev is ready" in output
+    assert "console:" not in output

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,11 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "http.bind_address": "127.0.0.1",
     "http.port": 2424,
     "http.workers": 1,
+    "http.max_header_bytes": 32768,
+    "http.max_headers": 100,
+    "http.header_timeout_seconds": 10,
+    "http.body_timeout_seconds": 30,
+    "http.keep_alive_timeout_seconds": 5,
     "logging.filter": "warn",
     "logging.format": "pretty",
     "telemetry.metrics.max_queues": 10000,
@@ -40,6 +44,7 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "cache.distributed.connection_timeout_milliseconds": 500,
     "cache.distributed.command_timeout_milliseconds": 20,
     "database.url": None,
+    "database.session_url": None,
     "database.max_connections": 10,
     "database.acquire_timeout_seconds": 5,
     "worker.shutdown_timeout_seconds": 30,
@@ -56,12 +61,18 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "worker.queue.state_metrics_collector.leadership_retry_interval_seconds": 15,
     "auth.enabled": False,
     "auth.tokens": (),
+    "console.enabled": True,
 }
 
 # Inclusive numeric ranges from the table (database.max_connections: "≥ 1": any 32-bit count).
 RANGES: dict[str, tuple[int, int]] = {
     "http.port": (1, 65535),
     "http.workers": (1, 64),
+    "http.max_header_bytes": (1024, 1048576),
+    "http.max_headers": (10, 1000),
+    "http.header_timeout_seconds": (1, 300),
+    "http.body_timeout_seconds": (1, 600),
+    "http.keep_alive_timeout_seconds": (1, 300),
     "telemetry.metrics.max_queues": (1, 100000),
     "telemetry.traces.timeout_seconds": (1, 60),
     "cache.in_memory.regions.queue_names.max_entries": (1, 1000000),
@@ -88,6 +99,7 @@ BOOLEANS = (
     "cache.in_memory.enabled",
     "cache.distributed.enabled",
     "auth.enabled",
+    "console.enabled",
 )
 
 SECRET = "hunter2-super-secret-value"
@@ -148,7 +160,7 @@ def test_no_file_no_env_gives_defaults(tmp_path: Path) -> None:
 
 def test_settings_are_immutable() -> None:
     settings = Settings()
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="immutable"):
         settings.http.port = 1  # type: ignore[misc]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from retsu.adapters.system import StopAwareSleeper
 from retsu.entrypoints import serving
@@ -17,6 +17,17 @@ from retsu.entrypoints.worker import Worker
 log = logging.getLogger("retsu.api")
 
 
+def request_limits(settings: Settings) -> serving.RequestLimits:
+    http = settings.http
+    return serving.RequestLimits(
+        max_header_bytes=http.max_header_bytes,
+        max_headers=http.max_headers,
+        header_timeout_seconds=http.header_timeout_seconds,
+        body_timeout_seconds=http.body_timeout_seconds,
+        keep_alive_timeout_seconds=http.keep_alive_timeout_seconds,
+    )
+
+
 async def run_api(
     settings: Settings,
     container: ApiContainer | None = None,
@@ -24,10 +35,14 @@ async def run_api(
     workers: Sequence[Worker] = (),
     workers_sleeper: StopAwareSleeper | None = None,
     sockets: Sequence[socket.socket] | None = None,
+    on_listening: Callable[[], None] | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT. ``workers`` run beside the server (`retsu dev`)."""
+    """Serve until SIGTERM/SIGINT. ``workers`` run beside the server (`retsu dev`);
+    ``on_listening`` is called once the server accepts requests."""
     container = container or ApiContainer(settings=settings)
     engine = container.storage.engine()
+    if sockets is None:  # before any database work: a port in use fails at once
+        sockets = [serving.bind(settings.http.bind_address, settings.http.port)]
     try:
         await ensure_database_ready(
             engine, timeout_seconds=settings.database.acquire_timeout_seconds
@@ -38,7 +53,9 @@ async def run_api(
                 host=settings.http.bind_address,
                 port=settings.http.port,
                 shutdown_timeout_seconds=settings.worker.shutdown_timeout_seconds,
-            )
+                limits=request_limits(settings),
+            ),
+            on_started=on_listening,
         )
 
         signals = container.storage.message_signals()
@@ -59,7 +76,7 @@ async def run_api(
             extra={"bind_address": settings.http.bind_address, "port": settings.http.port},
         )
         try:
-            await server.serve(sockets=list(sockets) if sockets else None)
+            await server.serve(sockets=list(sockets))
         finally:
             if workers_sleeper is not None:
                 workers_sleeper.stop()

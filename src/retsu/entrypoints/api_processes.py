@@ -1,70 +1,98 @@
-"""`http.workers` > 1: several API processes sharing one port (SO_REUSEPORT).
+"""`http.workers` > 1: several API processes on one port, managed by uvicorn's own
+multi-process supervisor (``uvicorn.supervisors.Multiprocess``).
 
-The parent binds the port, checks the database once (so a bad URL is still one
-line and exit 1), then forks the API processes; each builds its own container,
-pool and event loop after the fork. Metrics are aggregated across processes by
-prometheus-client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set by the
-caller before prometheus_client is imported). The parent forwards SIGTERM/SIGINT,
-waits for every process to finish gracefully, restarts a process that dies on its
-own, and exits 0 after a clean shutdown.
+The parent binds the port (a port another server listens on fails here, with one line and
+exit 1), checks the database once, then uvicorn's supervisor spawns the API processes,
+each running the same ``run_api`` as a single-process `retsu api` on the shared socket. The
+supervisor restarts a process that dies or stops answering its health pings, forwards
+SIGTERM/SIGINT (each process then finishes in-flight requests and answers waiting long
+polls empty), supports SIGHUP (rolling restart) and SIGTTIN/SIGTTOU (one process more or
+less). Metrics are aggregated across processes by prometheus-client's multiprocess mode
+(PROMETHEUS_MULTIPROC_DIR, set by the caller). It replaced a home-made fork supervisor that
+measured no faster (docs/performance.md, "API processes").
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import logging
-import multiprocessing
 import os
-import signal
 import socket
-import time
-from multiprocessing.process import BaseProcess
+import sys
+import threading
+from typing import Any
 
+import uvicorn
+from uvicorn.supervisors import multiprocess
+
+from retsu.entrypoints import serving
+from retsu.entrypoints.database import StartupError
 from retsu.entrypoints.settings import Settings
 
-log = logging.getLogger("retsu.api")
-
-RESTART_DELAY_SECONDS = 1.0
-
-
-def bind_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
-    """A socket in the port's SO_REUSEPORT group. Each API process listens on its own,
-    so the kernel spreads new connections evenly over the processes (one shared
-    listening socket lets whichever process wakes first accept a whole burst).
-    IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say so, and
-    without it small responses wait ~40 ms for Nagle and delayed ACKs."""
-    family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    if listen:
-        sock.listen(2048)
-    return sock
+# uvicorn's supervisor stops (rather than restarting the process forever) on this exit code.
+STARTUP_FAILURE = 3
 
 
-def _child(settings: Settings) -> None:
-    from retsu.entrypoints.api import run_api
-    from retsu.entrypoints.loop import run
+class _ApiProcess(multiprocess.Process):
+    """One API process: Retsu's ``run_api`` on the inherited socket, answering the
+    supervisor's health pings from a thread (ready once the server has started)."""
 
-    # The parent's signal dispositions are inherited; the child's own loop installs
-    # its handlers in run_api.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    sock = bind_socket(settings.http.bind_address, settings.http.port)
-    raise SystemExit(run(run_api(settings, sockets=[sock])))
+    settings: Settings
+
+    def __init__(self, config: uvicorn.Config, sockets: list[socket.socket]) -> None:
+        self.settings = _settings_for_children
+        super().__init__(config, sockets)  # self goes to the spawned process by pickle
+
+    def pong(self) -> None:
+        self.child_conn.recv()
+        self.child_conn.send(self.listening.is_set())
+
+    def target(self, sockets: list[socket.socket] | None = None) -> None:
+        from retsu import __version__
+        from retsu.adapters.telemetry.logging import configure_logging
+        from retsu.entrypoints.api import run_api
+        from retsu.entrypoints.loop import run
+
+        self.listening = threading.Event()
+        threading.Thread(target=self.always_pong, daemon=True).start()
+        settings = self.settings
+        configure_logging(
+            filter=settings.logging.filter,
+            format=settings.logging.format,
+            role="api",
+            environment=settings.environment,
+            version=__version__,
+        )
+        try:
+            code = run(run_api(settings, sockets=sockets, on_listening=self.listening.set))
+        except StartupError as error:
+            print(f"retsu: {error}", file=sys.stderr)
+            code = STARTUP_FAILURE
+        raise SystemExit(code)
 
 
-def _forget_metrics_of(process: BaseProcess) -> None:
+class _Supervisor(multiprocess.Multiprocess):
+    def keep_subprocess_alive(self) -> None:
+        before = {process.pid for process in self.processes}
+        super().keep_subprocess_alive()
+        for pid in before - {process.pid for process in self.processes}:
+            _forget_metrics_of(pid)
+
+
+def _forget_metrics_of(pid: int | None) -> None:
     """A dead process's live gauges (active requests) must not linger in the sum."""
-    if process.pid is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
+    if pid is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess as metrics
 
-        multiprocess.mark_process_dead(process.pid)  # type: ignore[no-untyped-call]
+        metrics.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+# Read by _ApiProcess.__init__: uvicorn's supervisor builds its processes as
+# ``Process(config, sockets)``, looked up by name in its module (the one hook it offers).
+_settings_for_children: Any = None
 
 
 def run_api_processes(settings: Settings, count: int) -> int:
+    global _settings_for_children
     from retsu.adapters.postgres.engine import create_engine
     from retsu.entrypoints.database import ensure_database_ready
 
@@ -78,47 +106,17 @@ def run_api_processes(settings: Settings, count: int) -> int:
         finally:
             await engine.dispose()
 
+    # One listening socket, shared by the processes: a port in use fails here, before the
+    # database check and any process start.
+    sock = serving.bind(settings.http.bind_address, settings.http.port)
     asyncio.run(check())
-    # Held (bound, not listening) for the supervisor's whole life: the port stays
-    # ours while a process restarts, and a port in use fails here, before any fork.
-    sock = bind_socket(settings.http.bind_address, settings.http.port, listen=False)
-    context = multiprocessing.get_context("fork")
-    stopping = False
-
-    def request_stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for process in processes:
-            if process.pid is not None and process.is_alive():
-                os.kill(process.pid, signal.SIGTERM)
-
-    def start() -> BaseProcess:
-        process = context.Process(target=_child, args=(settings,), daemon=False)
-        process.start()
-        return process
-
-    processes: list[BaseProcess] = []
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    processes.extend(start() for _ in range(count))
-    log.info(
-        "API listening with %d processes",
-        count,
-        extra={"bind_address": settings.http.bind_address, "port": settings.http.port},
-    )
-    while True:
-        alive = [p for p in processes if p.is_alive()]
-        if stopping and not alive:
-            break
-        for index, process in enumerate(processes):
-            if not process.is_alive() and not stopping:
-                log.error(
-                    "API process %s exited with %s; restarting it", process.pid, process.exitcode
-                )
-                _forget_metrics_of(process)
-                time.sleep(RESTART_DELAY_SECONDS)
-                processes[index] = start()
-        time.sleep(0.1)
+    _settings_for_children = settings
+    multiprocess.Process = _ApiProcess  # type: ignore[misc]
+    config = uvicorn.Config("retsu", workers=count, log_config=None)
+    supervisor = _Supervisor(config, sockets=[sock])
+    supervisor.run()
     sock.close()
-    codes = [p.exitcode for p in processes]
+    codes = [process.exitcode for process in supervisor.processes]
+    if STARTUP_FAILURE in codes:
+        return 1
     return 0 if all(code == 0 for code in codes) else 1

@@ -1,9 +1,9 @@
-"""Configuration loader (SPEC §2): built-in defaults, then YAML, then ``RETSU_*`` variables.
+"""Configuration (SPEC §2): built-in defaults, then YAML, then ``RETSU_*`` variables.
 
-The result is an immutable, typed tree whose attribute paths mirror the YAML keys exactly:
-``settings.cache.distributed.url`` is ``cache: {distributed: {url: …}}`` in YAML and
-``RETSU_CACHE__DISTRIBUTED__URL`` in the environment. Every leaf carries its own checker in
-the dataclass field metadata, so the table in SPEC §2 lives in exactly one place.
+The settings tree is declared once, below, as frozen msgspec Structs whose constraints are
+``Meta`` annotations; msgspec validates every layer against it. Attribute paths mirror the YAML
+keys: ``settings.cache.distributed.url`` is ``cache: {distributed: {url: …}}`` in YAML and
+``RETSU_CACHE__DISTRIBUTED__URL`` in the environment.
 
 Errors are one line, name the setting and where the value came from, and never echo a
 secret (URLs, token secrets): those values are described, not quoted.
@@ -11,48 +11,34 @@ secret (URLs, token secrets): those values are described, not quoted.
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import difflib
 import ipaddress
 import json
 import os
 import re
-from collections.abc import Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, Self, get_args, get_type_hints
 from urllib.parse import urlsplit
 
+import msgspec
 import yaml
+from msgspec import Meta, Struct, field
+from msgspec import inspect as schema
 
-from retsu.adapters.telemetry.logging import FORMATS, LogFilterError, parse_log_filter
+from retsu.adapters.telemetry.logging import LogFilterError, parse_log_filter
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
     "ENV_PREFIX",
     "SCOPES",
-    "AuthSettings",
-    "CacheSettings",
     "ConfigError",
-    "DatabaseSettings",
-    "DeadLetterMessageCleanerSettings",
-    "DistributedCacheSettings",
-    "ExpiredMessageCleanerSettings",
-    "HttpSettings",
-    "InMemoryCacheSettings",
     "LoadedSettings",
-    "LoggingSettings",
-    "ManagementSettings",
-    "MetricsSettings",
-    "QueueNamesRegionSettings",
-    "QueueWorkerSettings",
-    "RegionsSettings",
+    "PostgresUrl",
     "Settings",
-    "StateMetricsCollectorSettings",
-    "TelemetrySettings",
     "Token",
-    "TracesSettings",
-    "WorkerSettings",
     "build_settings",
     "env_var_name",
     "load_settings",
@@ -63,10 +49,6 @@ __all__ = [
 DEFAULT_CONFIG_FILE: Final = Path("config") / "retsu.yaml"
 ENV_PREFIX: Final = "RETSU_"
 SCOPES: Final = frozenset({"messages", "admin"})
-ENVIRONMENTS: Final = ("local", "test", "staging", "production")
-# SPEC says only "≥ 1": any positive 32-bit count is accepted (PostgreSQL's own
-# max_connections, 100 by default, is the real limit; see docs/operations.md).
-MAX_DATABASE_CONNECTIONS: Final = 2_147_483_647
 
 
 class ConfigError(Exception):
@@ -80,27 +62,18 @@ class ConfigError(Exception):
         self.source = source
 
 
-# --- leaf checkers ------------------------------------------------------------------------
-
-
-class _Invalid(Exception):
-    """A leaf value is wrong. ``where`` extends the setting path (``[0].scopes``)."""
-
-    def __init__(self, message: str, where: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.where = where
-
-
-def _describe(value: object) -> str:
-    """A short rendering of a (non-secret) value for an error message."""
+def _describe(value: object, *, secret: bool = False) -> str:
+    """A short rendering of a value for an error message; only its kind when it may be a
+    secret."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return ("true" if value else "false") if not secret else "a boolean"
     if isinstance(value, int | float):
-        return repr(value)
+        return repr(value) if not secret else "a number"
     if isinstance(value, str):
+        if secret:
+            return "a string"
         return repr(value if len(value) <= 60 else value[:57] + "...")
     if isinstance(value, list | tuple):
         return "a list"
@@ -109,408 +82,223 @@ def _describe(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
-def _kind(value: object) -> str:
-    """The type of a value without its content, for settings that may hold secrets."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
+# --- values msgspec has no constraint for (parsed by _decode_hook) --------------------------
 
 
-class _Leaf(Protocol):
-    def from_yaml(self, value: object) -> object: ...
-    def from_env(self, text: str) -> object: ...
+class _Checked(str):
+    """A string checked by ``parse`` when msgspec decodes it (see ``_decode_hook``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        raise NotImplementedError
 
 
-_ENV_INT: Final = re.compile(r"[+-]?[0-9]{1,30}")
+class IPAddress(_Checked):
+    __slots__ = ()
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                ipaddress.ip_address(value)
+                return cls(value)
+        raise ValueError(f"must be an IP address, got {_describe(value)}")
 
 
-@dataclass(frozen=True, slots=True)
-class _Int:
-    low: int
-    high: int
+class LogFilterText(_Checked):
+    """``logging.filter``: checked by the same parser that applies it."""
 
-    def check(self, value: int) -> int:
-        if not self.low <= value <= self.high:
-            raise _Invalid(f"must be between {self.low} and {self.high}, got {value}")
-        return value
+    __slots__ = ()
 
-    def from_yaml(self, value: object) -> int:
-        # bool is an int in Python; `port: true` must not pass as 1.
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"must be an integer, got {_describe(value)}")
-        return self.check(value)
-
-    def from_env(self, text: str) -> int:
-        if not _ENV_INT.fullmatch(text.strip()):
-            raise _Invalid(f"must be an integer, got {_describe(text)}")
-        return self.check(int(text.strip()))
-
-
-_ENV_TRUE: Final = frozenset({"true", "1", "yes", "on"})
-_ENV_FALSE: Final = frozenset({"false", "0", "no", "off"})
-# The YAML 1.1 words PyYAML would read as booleans. Our loader keeps them as strings (so
-# `filter: off` stays "off"), and boolean settings accept them back.
-_YAML_TRUE: Final = frozenset({"yes", "on"})
-_YAML_FALSE: Final = frozenset({"no", "off"})
-
-
-@dataclass(frozen=True, slots=True)
-class _Bool:
-    def from_yaml(self, value: object) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in _YAML_TRUE | _YAML_FALSE:
-            return value.lower() in _YAML_TRUE
-        raise _Invalid(f"must be a boolean (true or false), got {_describe(value)}")
-
-    def from_env(self, text: str) -> bool:
-        word = text.strip().lower()
-        if word in _ENV_TRUE:
-            return True
-        if word in _ENV_FALSE:
-            return False
-        raise _Invalid(
-            f"must be a boolean (true/false, 1/0, yes/no, on/off), got {_describe(text)}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Choice:
-    choices: tuple[str, ...]
-
-    def from_yaml(self, value: object) -> str:
-        if not isinstance(value, str) or value not in self.choices:
-            raise _Invalid(f"must be one of {', '.join(self.choices)}, got {_describe(value)}")
-        return value
-
-    def from_env(self, text: str) -> str:
-        return self.from_yaml(text.strip())
-
-
-@dataclass(frozen=True, slots=True)
-class _IPAddress:
-    def from_yaml(self, value: object) -> str:
+    @classmethod
+    def parse(cls, value: object) -> Self:
         if not isinstance(value, str):
-            raise _Invalid(f"must be an IP address, got {_describe(value)}")
+            raise ValueError(f"must be a string such as 'info,retsu=debug', got {_describe(value)}")
         try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            raise _Invalid(f"must be an IP address, got {_describe(value)}") from None
-        return value
-
-    def from_env(self, text: str) -> str:
-        return self.from_yaml(text.strip())
+            parse_log_filter(value)
+        except LogFilterError as error:
+            context = f" in {_describe(value)}" if value.strip() else ""
+            raise ValueError(f"{error}{context}") from None
+        return cls(value.strip())
 
 
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 
 
-@dataclass(frozen=True, slots=True)
-class _Url:
-    """A URL whose scheme is one of ``schemes``. Values are never echoed: they may hold a
-    password."""
+class _Url(_Checked):
+    """A URL with one of ``schemes``. Never echoed in an error: it may hold a password."""
 
-    schemes: tuple[str, ...]
-    example: str
-    host_required: bool = True
-    nullable: bool = False
+    __slots__ = ()
+    schemes: ClassVar[tuple[str, ...]]
+    example: ClassVar[str]
+    host_required: ClassVar[bool] = True
 
-    def check(self, value: str) -> str:
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a URL string, got {_describe(value, secret=True)}")
         scheme, sep, _ = value.partition("://")
         if not sep or not _SCHEME.fullmatch(scheme):
-            raise _Invalid(f"must be a URL such as {self.example}")
-        if scheme.lower() not in self.schemes:
-            raise _Invalid(f"scheme must be one of {', '.join(self.schemes)}, got {scheme!r}")
+            raise ValueError(f"must be a URL such as {cls.example}")
+        if scheme.lower() not in cls.schemes:
+            raise ValueError(f"scheme must be one of {', '.join(cls.schemes)}, got {scheme!r}")
         if any(char.isspace() for char in value):
-            raise _Invalid("must not contain whitespace")
+            raise ValueError("must not contain whitespace")
         try:
             parts = urlsplit(value)
         except ValueError:  # e.g. an unclosed IPv6 bracket
-            raise _Invalid("is not a valid URL") from None
+            raise ValueError("is not a valid URL") from None
         try:
             parts.port  # noqa: B018 -- property access validates the port
         except ValueError:
-            raise _Invalid("has an invalid port") from None
+            raise ValueError("has an invalid port") from None
         if scheme.lower() == "unix":
             if not parts.path:
-                raise _Invalid("must name a socket path, e.g. unix:///run/redis.sock")
-        elif self.host_required and not parts.hostname:
-            raise _Invalid(f"must name a host, e.g. {self.example}")
-        return value
-
-    def from_yaml(self, value: object) -> str | None:
-        if value is None and self.nullable:
-            return None
-        if not isinstance(value, str):
-            raise _Invalid(f"must be a URL string, got {_kind(value)}")
-        return self.check(value)
-
-    def from_env(self, text: str) -> str | None:
-        # An empty variable unsets an optional URL (handy in compose files).
-        if not text.strip() and self.nullable:
-            return None
-        return self.check(text.strip())
+                raise ValueError("must name a socket path, e.g. unix:///run/redis.sock")
+        elif cls.host_required and not parts.hostname:
+            raise ValueError(f"must name a host, e.g. {cls.example}")
+        return cls(value)
 
 
-@dataclass(frozen=True, slots=True)
-class _LogFilterText:
-    def from_yaml(self, value: object) -> str:
-        if not isinstance(value, str):
-            raise _Invalid(f"must be a string such as 'info,retsu=debug', got {_describe(value)}")
-        try:
-            parse_log_filter(value)
-        except LogFilterError as error:
-            context = f" in {_describe(value)}" if value.strip() else ""
-            raise _Invalid(f"{error}{context}") from None
-        return value.strip()
-
-    def from_env(self, text: str) -> str:
-        return self.from_yaml(text)
+class PostgresUrl(_Url):
+    __slots__ = ()
+    schemes = ("postgresql", "postgres", "postgresql+asyncpg")
+    example = "postgresql://user:password@127.0.0.1:5432/retsu"
+    host_required = False  # libpq allows a socket: postgresql:///retsu?host=/run/pg
 
 
-_TOKEN_KEYS: Final = ("name", "secret", "scopes")
+class RedisUrl(_Url):
+    __slots__ = ()
+    schemes = ("redis", "rediss", "unix")
+    example = "redis://127.0.0.1:6379"
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
-    """An API token (SPEC §3.5). ``name`` is the audit actor; ``secret`` never appears in a
-    repr, an error or a log line."""
-
-    name: str
-    secret: str = field(repr=False)
-    scopes: frozenset[str]
+class OtlpUrl(_Url):
+    __slots__ = ()
+    schemes = ("http", "https")
+    example = "http://127.0.0.1:4317"
 
 
-def _visible_ascii(text: str) -> bool:
-    return all("!" <= char <= "~" for char in text)
+def _decode_hook(kind: type, value: object) -> object:
+    if isinstance(kind, type) and issubclass(kind, _Checked):
+        return kind.parse(value)
+    raise NotImplementedError
 
 
-@dataclass(frozen=True, slots=True)
-class _Tokens:
-    def from_yaml(self, value: object) -> tuple[Token, ...]:
-        if value is None:
-            return ()
-        if not isinstance(value, list):
-            raise _Invalid(
-                f"must be a list of {{name, secret, scopes}} objects, got {_kind(value)}"
-            )
-        tokens = tuple(self._token(index, item) for index, item in enumerate(value))
-        names: dict[str, int] = {}
-        secrets: dict[str, int] = {}
-        for index, token in enumerate(tokens):
-            if token.name in names:
-                raise _Invalid(
-                    f"duplicates the name of auth.tokens[{names[token.name]}]", f"[{index}].name"
-                )
-            # Two tokens with one secret would make the audit actor ambiguous.
-            if token.secret in secrets:
-                raise _Invalid(
-                    f"duplicates the secret of auth.tokens[{secrets[token.secret]}]",
-                    f"[{index}].secret",
-                )
-            names[token.name] = index
-            secrets[token.secret] = index
-        return tokens
-
-    def from_env(self, text: str) -> tuple[Token, ...]:
-        if not text.strip():
-            return ()
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            # The decoder's message holds a position, never the document.
-            raise _Invalid(
-                f"must be a JSON list of {{name, secret, scopes}} objects "
-                f"({error.msg} at line {error.lineno} column {error.colno})"
-            ) from None
-        return self.from_yaml(value)
-
-    @staticmethod
-    def _token(index: int, item: object) -> Token:
-        at = f"[{index}]"
-        if not isinstance(item, dict):
-            raise _Invalid(f"must be a {{name, secret, scopes}} object, got {_kind(item)}", at)
-        for key in item:
-            if key not in _TOKEN_KEYS:
-                hint = _suggest(str(key), _TOKEN_KEYS)
-                raise _Invalid(f"unknown key{hint}", f"{at}.{key}")
-        for key in _TOKEN_KEYS:
-            if key not in item:
-                raise _Invalid("is required", f"{at}.{key}")
-        name, secret, scopes = item["name"], item["secret"], item["scopes"]
-        if not isinstance(name, str) or not name.strip():
-            raise _Invalid(f"must be a non-empty string, got {_describe(name)}", f"{at}.name")
-        if len(name) > 128 or not name.isprintable():
-            raise _Invalid("must be at most 128 printable characters", f"{at}.name")
-        if not isinstance(secret, str) or not secret:
-            raise _Invalid(f"must be a non-empty string, got {_kind(secret)}", f"{at}.secret")
-        if not _visible_ascii(secret):
-            # It travels in an `authorization: Bearer` header; anything else never matches.
-            raise _Invalid("must contain only visible ASCII characters", f"{at}.secret")
-        if (
-            not isinstance(scopes, list)
-            or not scopes
-            or not all(isinstance(scope, str) for scope in scopes)
-        ):
-            raise _Invalid(
-                f"must be a non-empty list of scopes (admin, messages), got {_kind(scopes)}",
-                f"{at}.scopes",
-            )
-        for scope in scopes:
-            if scope not in SCOPES:
-                raise _Invalid(
-                    f"unknown scope {scope!r} (expected admin or messages)", f"{at}.scopes"
-                )
-        return Token(name=name, secret=secret, scopes=frozenset(scopes))
+# --- the settings tree (SPEC §2) ---------------------------------------------------------
 
 
-# --- the settings tree --------------------------------------------------------------------
+class _Section(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A mapping of settings. Its repr masks URL passwords."""
 
-_T = TypeVar("_T")
-_S = TypeVar("_S")
-
-
-def _leaf(default: _T, check: _Leaf) -> _T:
-    return field(default=default, metadata={"leaf": check})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HttpSettings:
-    bind_address: str = _leaf("127.0.0.1", _IPAddress())
-    port: int = _leaf(2424, _Int(1, 65535))
-    workers: int = _leaf(1, _Int(1, 64))
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={_shown(getattr(self, name))}" for name in self.__struct_fields__
+        )
+        return f"{type(self).__name__}({fields})"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoggingSettings:
-    filter: str = _leaf("warn", _LogFilterText())
-    format: str = _leaf("pretty", _Choice(FORMATS))
+def _shown(value: object) -> str:
+    return repr(redacted_url(value)) if isinstance(value, str) else repr(value)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MetricsSettings:
-    max_queues: int = _leaf(10000, _Int(1, 100000))
+class HttpSettings(_Section, frozen=True):
+    bind_address: IPAddress = IPAddress("127.0.0.1")
+    port: Annotated[int, Meta(ge=1, le=65535)] = 2424
+    workers: Annotated[int, Meta(ge=1, le=64)] = 1
+    # Request bounds (docs/configuration.md, "HTTP limits").
+    max_header_bytes: Annotated[int, Meta(ge=1024, le=1_048_576)] = 32_768
+    max_headers: Annotated[int, Meta(ge=10, le=1000)] = 100
+    header_timeout_seconds: Annotated[int, Meta(ge=1, le=300)] = 10
+    body_timeout_seconds: Annotated[int, Meta(ge=1, le=600)] = 30
+    keep_alive_timeout_seconds: Annotated[int, Meta(ge=1, le=300)] = 5
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TracesSettings:
-    enabled: bool = _leaf(False, _Bool())
-    endpoint: str = _leaf(
-        "http://127.0.0.1:4317", _Url(("http", "https"), example="http://127.0.0.1:4317")
-    )
-    timeout_seconds: int = _leaf(5, _Int(1, 60))
+class LoggingSettings(_Section, frozen=True):
+    filter: LogFilterText = LogFilterText("warn")
+    format: Literal["pretty", "json"] = "pretty"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TelemetrySettings:
+class MetricsSettings(_Section, frozen=True):
+    max_queues: Annotated[int, Meta(ge=1, le=100_000)] = 10_000
+
+
+class TracesSettings(_Section, frozen=True):
+    enabled: bool = False
+    endpoint: OtlpUrl = OtlpUrl("http://127.0.0.1:4317")
+    timeout_seconds: Annotated[int, Meta(ge=1, le=60)] = 5
+
+
+class TelemetrySettings(_Section, frozen=True):
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     traces: TracesSettings = field(default_factory=TracesSettings)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueueNamesRegionSettings:
-    max_entries: int = _leaf(10000, _Int(1, 1_000_000))
-    max_capacity_bytes: int = _leaf(8_388_608, _Int(1, 4_294_967_295))
+class QueueNamesRegionSettings(_Section, frozen=True):
+    max_entries: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
+    max_capacity_bytes: Annotated[int, Meta(ge=1, le=4_294_967_295)] = 8_388_608
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegionsSettings:
+class RegionsSettings(_Section, frozen=True):
     queue_names: QueueNamesRegionSettings = field(default_factory=QueueNamesRegionSettings)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InMemoryCacheSettings:
-    enabled: bool = _leaf(True, _Bool())
+class InMemoryCacheSettings(_Section, frozen=True):
+    enabled: bool = True
     regions: RegionsSettings = field(default_factory=RegionsSettings)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
-class DistributedCacheSettings:
-    enabled: bool = _leaf(True, _Bool())
-    url: str = _leaf(
-        "redis://127.0.0.1:6379",
-        _Url(("redis", "rediss", "unix"), example="redis://127.0.0.1:6379"),
-    )
-    connection_timeout_milliseconds: int = _leaf(500, _Int(1, 10000))
-    command_timeout_milliseconds: int = _leaf(20, _Int(1, 10000))
-
-    def __repr__(self) -> str:
-        return (
-            f"DistributedCacheSettings(enabled={self.enabled!r}, url={redacted_url(self.url)!r}, "
-            f"connection_timeout_milliseconds={self.connection_timeout_milliseconds!r}, "
-            f"command_timeout_milliseconds={self.command_timeout_milliseconds!r})"
-        )
+class DistributedCacheSettings(_Section, frozen=True):
+    enabled: bool = True
+    url: RedisUrl = RedisUrl("redis://127.0.0.1:6379")
+    connection_timeout_milliseconds: Annotated[int, Meta(ge=1, le=10_000)] = 500
+    command_timeout_milliseconds: Annotated[int, Meta(ge=1, le=10_000)] = 20
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CacheSettings:
+class CacheSettings(_Section, frozen=True):
     in_memory: InMemoryCacheSettings = field(default_factory=InMemoryCacheSettings)
     distributed: DistributedCacheSettings = field(default_factory=DistributedCacheSettings)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
-class DatabaseSettings:
+class DatabaseSettings(_Section, frozen=True):
     # None: not configured. Every role but `dev` refuses to start without it (the CLI
     # enforces that, since only it knows the role).
-    url: str | None = _leaf(
-        None,
-        _Url(
-            ("postgresql", "postgres", "postgresql+asyncpg"),
-            example="postgresql://user:password@127.0.0.1:5432/retsu",
-            host_required=False,  # libpq allows a socket: postgresql:///retsu?host=/run/pg
-            nullable=True,
-        ),
-    )
-    max_connections: int = _leaf(10, _Int(1, MAX_DATABASE_CONNECTIONS))
-    acquire_timeout_seconds: int = _leaf(5, _Int(5, 60))
-
-    def __repr__(self) -> str:
-        url = None if self.url is None else redacted_url(self.url)
-        return (
-            f"DatabaseSettings(url={url!r}, max_connections={self.max_connections!r}, "
-            f"acquire_timeout_seconds={self.acquire_timeout_seconds!r})"
-        )
+    url: PostgresUrl | None = None
+    # For what needs a session (advisory lock, LISTEN) behind a transaction pooler; None:
+    # the same as url.
+    session_url: PostgresUrl | None = None
+    # SPEC says only "≥ 1": any positive 32-bit count (PostgreSQL's own max_connections is
+    # the real limit; see docs/operations.md).
+    max_connections: Annotated[int, Meta(ge=1, le=2_147_483_647)] = 10
+    acquire_timeout_seconds: Annotated[int, Meta(ge=5, le=60)] = 5
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ManagementSettings:
-    bind_address: str = _leaf("127.0.0.1", _IPAddress())
-    port: int = _leaf(24247, _Int(1, 65535))
+class ManagementSettings(_Section, frozen=True):
+    bind_address: IPAddress = IPAddress("127.0.0.1")
+    port: Annotated[int, Meta(ge=1, le=65535)] = 24247
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeadLetterMessageCleanerSettings:
-    retention_seconds: int = _leaf(1_209_600, _Int(3600, 31_536_000))
-    processing_interval_seconds: int = _leaf(60, _Int(5, 3600))
-    batch_size: int = _leaf(500, _Int(1, 10000))
-    saturated_batch_delay_milliseconds: int = _leaf(50, _Int(1, 5000))
+class DeadLetterMessageCleanerSettings(_Section, frozen=True):
+    retention_seconds: Annotated[int, Meta(ge=3600, le=31_536_000)] = 1_209_600
+    processing_interval_seconds: Annotated[int, Meta(ge=5, le=3600)] = 60
+    batch_size: Annotated[int, Meta(ge=1, le=10_000)] = 500
+    saturated_batch_delay_milliseconds: Annotated[int, Meta(ge=1, le=5000)] = 50
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExpiredMessageCleanerSettings:
-    processing_interval_seconds: int = _leaf(60, _Int(5, 3600))
-    batch_size: int = _leaf(500, _Int(1, 10000))
-    saturated_batch_delay_milliseconds: int = _leaf(50, _Int(1, 5000))
+class ExpiredMessageCleanerSettings(_Section, frozen=True):
+    processing_interval_seconds: Annotated[int, Meta(ge=5, le=3600)] = 60
+    batch_size: Annotated[int, Meta(ge=1, le=10_000)] = 500
+    saturated_batch_delay_milliseconds: Annotated[int, Meta(ge=1, le=5000)] = 50
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StateMetricsCollectorSettings:
-    collection_interval_seconds: int = _leaf(15, _Int(5, 3600))
-    leadership_retry_interval_seconds: int = _leaf(15, _Int(5, 300))
+class StateMetricsCollectorSettings(_Section, frozen=True):
+    collection_interval_seconds: Annotated[int, Meta(ge=5, le=3600)] = 15
+    leadership_retry_interval_seconds: Annotated[int, Meta(ge=5, le=300)] = 15
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueueWorkerSettings:
+class QueueWorkerSettings(_Section, frozen=True):
     dead_letter_message_cleaner: DeadLetterMessageCleanerSettings = field(
         default_factory=DeadLetterMessageCleanerSettings
     )
@@ -522,25 +310,73 @@ class QueueWorkerSettings:
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerSettings:
-    shutdown_timeout_seconds: int = _leaf(30, _Int(1, 300))
+class WorkerSettings(_Section, frozen=True):
+    shutdown_timeout_seconds: Annotated[int, Meta(ge=1, le=300)] = 30
     management: ManagementSettings = field(default_factory=ManagementSettings)
     queue: QueueWorkerSettings = field(default_factory=QueueWorkerSettings)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AuthSettings:
-    enabled: bool = _leaf(False, _Bool())
-    tokens: tuple[Token, ...] = _leaf((), _Tokens())
+class _Invalid(ValueError):
+    """A rule broken by one field of a struct: msgspec reports it at the struct's path, so
+    the message carries the rest (``tokens[1].name: …``)."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}\x00{message}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
+class Token(Struct, frozen=True, forbid_unknown_fields=True):
+    """An API token (SPEC §3.5). ``name`` is the audit actor; ``secret`` never appears in a
+    repr, an error or a log line."""
+
+    name: Annotated[str, Meta(min_length=1)]
+    secret: Annotated[str, Meta(min_length=1)]
+    scopes: Annotated[frozenset[str], Meta(min_length=1)]
+
+    def __post_init__(self) -> None:
+        # Rules that need their own words (a regex in Meta would be echoed as the message).
+        if len(self.name) > 128 or not self.name.isprintable() or not self.name.strip():
+            raise _Invalid("name", "must be at most 128 printable characters")
+        if not all("!" <= char <= "~" for char in self.secret):
+            # It travels in an `authorization: Bearer` header; anything else never matches.
+            raise _Invalid("secret", "must contain only visible ASCII characters")
+        if unknown := sorted(self.scopes - SCOPES):
+            raise _Invalid("scopes", f"unknown scope {unknown[0]!r} (expected admin or messages)")
+
+    def __repr__(self) -> str:
+        return f"Token(name={self.name!r}, scopes={sorted(self.scopes)!r})"
+
+
+class AuthSettings(_Section, frozen=True):
+    enabled: bool = False
+    tokens: tuple[Token, ...] = ()
+
+    def __post_init__(self) -> None:
+        names: dict[str, int] = {}
+        secrets: dict[str, int] = {}
+        for index, token in enumerate(self.tokens):
+            if token.name in names:
+                raise _Invalid(
+                    f"tokens[{index}].name",
+                    f"duplicates the name of auth.tokens[{names[token.name]}]",
+                )
+            # Two tokens with one secret would make the audit actor ambiguous.
+            if token.secret in secrets:
+                raise _Invalid(
+                    f"tokens[{index}].secret",
+                    f"duplicates the secret of auth.tokens[{secrets[token.secret]}]",
+                )
+            names[token.name] = secrets[token.secret] = index
+
+
+class ConsoleSettings(_Section, frozen=True):
+    enabled: bool = True
+
+
+class Settings(_Section, frozen=True):
     """Every setting of SPEC §2. ``Settings()`` (or ``Settings.defaults()``) is the
     built-in defaults; use ``load_settings`` or ``build_settings`` for anything else."""
 
-    environment: str = _leaf("local", _Choice(ENVIRONMENTS))
+    environment: Literal["local", "test", "staging", "production"] = "local"
     http: HttpSettings = field(default_factory=HttpSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
@@ -548,6 +384,7 @@ class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
 
     @classmethod
     def defaults(cls) -> Settings:
@@ -563,24 +400,25 @@ class LoadedSettings:
     config_path: Path | None = None
 
 
-# --- schema -------------------------------------------------------------------------------
+# --- the schema, read back from the declarations ------------------------------------------
 
 _Path = tuple[str, ...]
 
 
-def _walk(cls: type[Any], prefix: _Path = ()) -> Iterator[tuple[_Path, _Leaf | None]]:
-    """Every section (checker None) and leaf of the tree, in declaration order."""
-    for item in dataclasses.fields(cls):
+def _leaves(struct: type[Struct], prefix: _Path = ()) -> Iterator[tuple[_Path, schema.Type]]:
+    info = schema.type_info(struct)
+    assert isinstance(info, schema.StructType)
+    for item in info.fields:
         path = (*prefix, item.name)
-        if dataclasses.is_dataclass(item.default_factory):
-            yield path, None
-            yield from _walk(item.default_factory, path)
+        kind = item.type
+        if isinstance(kind, schema.StructType) and issubclass(kind.cls, _Section):
+            yield from _leaves(kind.cls, path)
         else:
-            yield path, item.metadata["leaf"]
+            yield path, kind.type if isinstance(kind, schema.Metadata) else kind
 
 
-_SCHEMA: Final[dict[_Path, _Leaf | None]] = dict(_walk(Settings))
-_LEAVES: Final[dict[_Path, _Leaf]] = {p: c for p, c in _SCHEMA.items() if c is not None}
+_LEAVES: Final[dict[_Path, schema.Type]] = dict(_leaves(Settings))
+_SECTIONS: Final = frozenset(leaf[:end] for leaf in _LEAVES for end in range(1, len(leaf)))
 
 
 def env_var_name(path: str) -> str:
@@ -596,16 +434,119 @@ def setting_paths() -> tuple[str, ...]:
     return tuple(".".join(path) for path in _LEAVES)
 
 
-def _suggest(word: str, candidates: Iterator[str] | tuple[str, ...] | list[str]) -> str:
-    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.75)
+def _suggest(word: str, candidates: list[str]) -> str:
+    match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.75)
     return f" (did you mean {match[0]}?)" if match else ""
+
+
+def _is(kind: schema.Type, *types: type) -> bool:
+    """Whether ``kind`` (or the non-null member of an optional) is one of ``types``."""
+    if isinstance(kind, schema.UnionType):
+        return any(_is(member, *types) for member in kind.types)
+    return isinstance(kind, types)
+
+
+# --- turning msgspec's errors into one line that names the setting -------------------------
+
+_AT: Final = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_UNKNOWN: Final = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
+_MISSING: Final = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
+_STEP: Final = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def _steps(path: str) -> list[str | int]:
+    return [name if name else int(index) for name, index in _STEP.findall(path)]
+
+
+def _dotted(steps: list[str | int]) -> str:
+    text = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in steps)
+    return text.lstrip(".")
+
+
+def _raw_at(data: object, steps: list[str | int]) -> object:
+    for step in steps:
+        try:
+            data = data[step]  # type: ignore[index]
+        except (TypeError, KeyError, IndexError):
+            return None
+    return data
+
+
+def _kind_at(steps: list[str | int]) -> schema.Type:
+    kind: schema.Type = schema.type_info(Settings)
+    for step in steps:
+        while isinstance(kind, schema.Metadata | schema.UnionType):
+            kind = (
+                kind.type
+                if isinstance(kind, schema.Metadata)
+                else next(t for t in kind.types if not isinstance(t, schema.NoneType))
+            )
+        if isinstance(step, str) and isinstance(kind, schema.StructType):
+            kind = next(f.type for f in kind.fields if f.name == step)
+        elif isinstance(kind, schema.VarTupleType | schema.SetType | schema.FrozenSetType):
+            kind = kind.item_type
+    return kind
+
+
+_SECRET_PARENTS: Final = ("auth.tokens",)
+
+
+def _explain(error: msgspec.ValidationError, raw: object) -> tuple[str, str]:
+    """``(setting path, message)`` for a msgspec error on the tree ``raw`` was decoded from."""
+    match = _AT.match(str(error))
+    assert match is not None
+    message, steps = match["message"], _steps(match["path"] or "")
+    where = _dotted(steps)
+    if "\x00" in message:  # an _Invalid from a struct's own rules
+        more, message = message.split("\x00", 1)
+        return f"{where}.{more}" if where else more, message
+    if unknown := _UNKNOWN.match(message):
+        key = unknown["key"]
+        parent = _kind_at(steps)
+        assert isinstance(parent, schema.StructType)
+        siblings = [f.name for f in parent.fields]
+        if issubclass(parent.cls, _Section):
+            prefix = f"{where}." if where else ""
+            hint = _suggest(key, siblings)
+            hint = hint.replace("mean ", f"mean {prefix}") if hint else ""
+            return f"{prefix}{key}", f"unknown setting{hint}"
+        return f"{where}.{key}", f"unknown key{_suggest(key, siblings)}"
+    if missing := _MISSING.match(message):
+        return f"{where}.{missing['key']}", "is required"
+    kind, value = _kind_at(steps), _raw_at(raw, steps)
+    got = f"got {_describe(value, secret=where.startswith(_SECRET_PARENTS))}"
+    if not where:
+        return "", "the top level must be a mapping of settings"
+    if isinstance(kind, schema.IntType):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return where, f"must be an integer, {got}"
+        return where, f"must be between {kind.ge} and {kind.le}, {got}"
+    if isinstance(kind, schema.BoolType):
+        return where, f"must be a boolean (true or false), {got}"
+    if isinstance(kind, schema.LiteralType):
+        parent = _kind_at(steps[:-1])
+        assert isinstance(parent, schema.StructType) and isinstance(steps[-1], str)
+        choices = get_args(get_type_hints(parent.cls)[steps[-1]])  # in declaration order
+        return where, f"must be one of {', '.join(choices)}, {got}"
+    if isinstance(kind, schema.StrType):
+        return where, f"must be a non-empty string, {got}"
+    if isinstance(kind, schema.FrozenSetType):
+        return where, f"must be a non-empty list of scopes (admin, messages), {got}"
+    if isinstance(kind, schema.VarTupleType):
+        return where, f"must be a list of {{name, secret, scopes}} objects, {got}"
+    if isinstance(kind, schema.StructType) and kind.cls is Token:
+        return where, f"must be a {{name, secret, scopes}} object, {got}"
+    if isinstance(kind, schema.StructType):
+        return where, f"must be a mapping, {got}"
+    return where, message  # a _Checked value's own words
 
 
 # --- sources ------------------------------------------------------------------------------
 
 
 class _YamlLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans (only true/false) and duplicate-key detection.
+    """SafeLoader with YAML 1.2 booleans (only true/false) and duplicate-key detection,
+    neither of which PyYAML offers as an option.
 
     Under YAML 1.1 `filter: off` would arrive as False and `environment: no` as a bool.
     """
@@ -633,51 +574,11 @@ _YamlLoader.yaml_implicit_resolvers = {
 _YamlLoader.add_implicit_resolver(
     _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
+# The YAML 1.1 boolean words our loader keeps as strings: boolean settings accept them back.
+_YAML_BOOLEANS: Final = {"yes": True, "on": True, "no": False, "off": False}
 
 
-@dataclass(frozen=True, slots=True)
-class _Value:
-    raw: object
-    source: str  # "in <file>", "from RETSU_X", or "" for build_settings overrides
-    from_env: bool
-
-
-def _fail(path: str, message: str, source: str) -> ConfigError:
-    suffix = f" ({source})" if source else ""
-    return ConfigError(f"{path}: {message}{suffix}", setting=path, source=source or None)
-
-
-def _flatten(data: object, source: str, prefix: _Path = ()) -> dict[_Path, _Value]:
-    """Map a nested YAML mapping onto leaf paths, rejecting unknown keys and bad shapes."""
-    where = ".".join(prefix)
-    if data is None:  # `http:` with every child commented out
-        return {}
-    if not isinstance(data, dict):
-        if not prefix:
-            suffix = f" ({source})" if source else ""
-            raise ConfigError(f"the top level must be a mapping of settings{suffix}")
-        raise _fail(where, f"must be a mapping, got {_describe(data)}", source)
-    values: dict[_Path, _Value] = {}
-    siblings = {p[-1]: ".".join(p) for p in _SCHEMA if p[:-1] == prefix}
-    for key, child in data.items():
-        if not isinstance(key, str):
-            name = f"{where}.{key}" if where else str(key)
-            raise _fail(name, "setting names must be strings", source)
-        path = (*prefix, key)
-        dotted = ".".join(path)
-        if path not in _SCHEMA:
-            match = difflib.get_close_matches(key, list(siblings), n=1, cutoff=0.75)
-            hint = f" (did you mean {siblings[match[0]]}?)" if match else ""
-            raise _fail(dotted, f"unknown setting{hint}", source)
-        if _SCHEMA[path] is None:
-            values.update(_flatten(child, source, path))
-        else:
-            values[path] = _Value(child, source, from_env=False)
-    return values
-
-
-def _read_yaml(path: Path) -> dict[_Path, _Value]:
-    source = f"in {path}"
+def _read_yaml(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -690,7 +591,7 @@ def _read_yaml(path: Path) -> dict[_Path, _Value]:
         raise ConfigError(f"{path}: cannot read config file: {error.strerror}") from None
     try:
         # The loader class is a SafeLoader: no arbitrary objects.
-        data = yaml.load(text, Loader=_YamlLoader)
+        return yaml.load(text, Loader=_YamlLoader)
     except yaml.MarkedYAMLError as error:
         # Only the problem and its position: the snippet yaml would print may hold a secret.
         mark = error.problem_mark
@@ -698,11 +599,68 @@ def _read_yaml(path: Path) -> dict[_Path, _Value]:
         raise ConfigError(f"{path}: invalid YAML{position}: {error.problem}") from None
     except yaml.YAMLError:
         raise ConfigError(f"{path}: invalid YAML") from None
-    return _flatten(data, source)
 
 
-def _read_env(env: Mapping[str, str]) -> tuple[dict[_Path, _Value], list[str]]:
-    values: dict[_Path, _Value] = {}
+def _cleaned(data: object, source: str, prefix: _Path = ()) -> object:
+    """The file's tree as msgspec should see it: `http:` with every child commented out is
+    an empty section, not a null one; YAML 1.1 boolean words are booleans where a boolean
+    setting expects one; a key that is not a string is an error."""
+    if isinstance(data, list):
+        return [_cleaned(item, source, (*prefix, f"[{index}]")) for index, item in enumerate(data)]
+    if not isinstance(data, dict):
+        return data
+    cleaned: dict[str, object] = {}
+    for key, child in data.items():
+        if not isinstance(key, str):
+            where = ".".join((*prefix, str(key))).replace(".[", "[")
+            raise _fail(where, "setting names must be strings", source)
+        path = (*prefix, key)
+        kind = _LEAVES.get(path)
+        if child is None and (path in _SECTIONS or (kind and _is(kind, schema.VarTupleType))):
+            continue
+        if kind is not None and _is(kind, schema.BoolType) and isinstance(child, str):
+            child = _YAML_BOOLEANS.get(child.lower(), child)
+        cleaned[key] = _cleaned(child, source, path)
+    return cleaned
+
+
+_ENV_INT: Final = re.compile(r"[+-]?[0-9]{1,30}")
+_ENV_BOOLEANS: Final = {**_YAML_BOOLEANS, "true": True, "1": True, "false": False, "0": False}
+
+
+def _from_env(kind: schema.Type, text: str) -> object:
+    """An environment variable's text as the value its setting's type expects."""
+    word = text.strip()
+    if _is(kind, schema.IntType):
+        if not _ENV_INT.fullmatch(word):
+            raise ValueError(f"must be an integer, got {_describe(text)}")
+        return int(word)
+    if _is(kind, schema.BoolType):
+        if word.lower() not in _ENV_BOOLEANS:
+            raise ValueError(
+                f"must be a boolean (true/false, 1/0, yes/no, on/off), got {_describe(text)}"
+            )
+        return _ENV_BOOLEANS[word.lower()]
+    if _is(kind, schema.VarTupleType):
+        if not word:
+            return []
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            # The decoder's message holds a position, never the document.
+            raise ValueError(
+                f"must be a JSON list of {{name, secret, scopes}} objects "
+                f"({error.msg} at line {error.lineno} column {error.colno})"
+            ) from None
+    if _is(kind, schema.NoneType) and not word:
+        return None  # an empty variable unsets an optional URL (handy in compose files)
+    return word
+
+
+def _read_env(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The ``RETSU_*`` variables as a nested mapping, and warnings about the unknown ones
+    (named, never their values)."""
+    tree: dict[str, Any] = {}
     warnings: list[str] = []
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX):
@@ -711,44 +669,49 @@ def _read_env(env: Mapping[str, str]) -> tuple[dict[_Path, _Value], list[str]]:
         if path is None:
             hint = _suggest(name, list(_ENV_NAMES))
             warnings.append(f"unknown environment variable {name} ignored{hint}")
-        else:
-            values[path] = _Value(env[name], f"from {name}", from_env=True)
-    return values, warnings
+            continue
+        try:
+            value = _from_env(_LEAVES[path], env[name])
+        except ValueError as error:
+            raise _fail(".".join(path), str(error), f"from {name}") from None
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return tree, warnings
 
 
-def _build(cls: type[_S], values: Mapping[_Path, object], prefix: _Path = ()) -> _S:
-    kwargs: dict[str, object] = {}
-    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
-        path = (*prefix, item.name)
-        if dataclasses.is_dataclass(item.default_factory):
-            kwargs[item.name] = _build(item.default_factory, values, path)
-        elif path in values:
-            kwargs[item.name] = values[path]
-    return cls(**kwargs)
+def _fail(path: str, message: str, source: str) -> ConfigError:
+    suffix = f" ({source})" if source else ""
+    where = f"{path}: " if path else ""
+    return ConfigError(f"{where}{message}{suffix}", setting=path or None, source=source or None)
 
 
-def _check(value: _Value, path: _Path) -> object:
-    checker = _LEAVES[path]
+def _merge(base: object, top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base) if isinstance(base, dict) else {}
+    for key, value in top.items():
+        below = merged.get(key)
+        merged[key] = _merge(below, value) if isinstance(value, dict) else value
+    return merged
+
+
+def _decode(raw: object, source: Callable[[str], str]) -> Settings:
     try:
-        if value.from_env:
-            assert isinstance(value.raw, str)
-            return checker.from_env(value.raw)
-        return checker.from_yaml(value.raw)
-    except _Invalid as error:
-        raise _fail(".".join(path) + error.where, error.message, value.source) from None
+        return msgspec.convert(raw, Settings, dec_hook=_decode_hook)
+    except msgspec.ValidationError as error:
+        path, message = _explain(error, raw)
+        raise _fail(path, message, source(path)) from None
 
 
-def _assemble(*layers: Mapping[_Path, _Value]) -> tuple[Settings, list[str]]:
-    """Validate every value of every layer (a bad YAML value is an error even when an env
-    var overrides it), then let later layers win."""
-    checked: dict[_Path, object] = {}
-    for layer in layers:
-        for path in _LEAVES:
-            if path in layer:
-                checked[path] = _check(layer[path], path)
-    settings = _build(Settings, checked)
-
-    warnings: list[str] = []
+def _assemble(from_file: object, file_source: str, env: Mapping[str, str]) -> LoadedSettings:
+    """Each layer is validated on its own (a bad file value is an error even when an env
+    var overrides it), then the environment wins."""
+    from_file = {} if from_file is None else _cleaned(from_file, file_source)
+    _decode(from_file, lambda _: file_source)
+    from_env, warnings = _read_env(env)
+    # `auth.tokens[1].name` was set by RETSU_AUTH__TOKENS.
+    _decode(from_env, lambda path: f"from {env_var_name(path.split('[')[0])}")
+    settings = _decode(_merge(from_file, from_env), lambda _: "")
     if settings.auth.enabled and not settings.auth.tokens:
         # Allowed by the table (tokens default to []): every /v1 call then gets 401.
         warnings.append(
@@ -756,7 +719,7 @@ def _assemble(*layers: Mapping[_Path, _Value]) -> tuple[Settings, list[str]]:
         )
     if settings.auth.tokens and not settings.auth.enabled:
         warnings.append("auth.tokens are configured but auth.enabled is false: no auth")
-    return settings, warnings
+    return LoadedSettings(settings=settings, warnings=tuple(warnings))
 
 
 # --- public API ---------------------------------------------------------------------------
@@ -786,10 +749,9 @@ def load_settings(
         path = base / DEFAULT_CONFIG_FILE
         if not path.exists():
             path = None
-    from_yaml = _read_yaml(path) if path is not None else {}
-    from_env, warnings = _read_env(os.environ if env is None else env)
-    settings, more = _assemble(from_yaml, from_env)
-    return LoadedSettings(settings=settings, warnings=(*warnings, *more), config_path=path)
+    from_file = _read_yaml(path) if path is not None else None
+    loaded = _assemble(from_file, f"in {path}", os.environ if env is None else env)
+    return LoadedSettings(loaded.settings, loaded.warnings, config_path=path)
 
 
 def build_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
@@ -797,8 +759,7 @@ def build_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
 
     For tests and tools: ``build_settings({"http": {"port": 3000}})``.
     """
-    settings, _ = _assemble(_flatten(dict(overrides or {}), ""))
-    return settings
+    return _assemble(dict(overrides or {}), "", {}).settings
 
 
 _USERINFO_PASSWORD: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:@/?#]*:)[^?#]*@")

@@ -53,7 +53,8 @@ async def run_worker(
                 shutdown_timeout_seconds=settings.worker.shutdown_timeout_seconds,
             )
         )
-        server_task = asyncio.create_task(management.serve())
+        address = settings.worker.management.bind_address, settings.worker.management.port
+        server_task = asyncio.create_task(management.serve(sockets=[serving.bind(*address)]))
         while not management.started:
             if server_task.done():
                 raise StartupError(

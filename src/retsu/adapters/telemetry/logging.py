@@ -4,6 +4,11 @@ environment and version, and no secrets.
 Only the standard ``logging`` module is used, so third-party libraries that log through it
 (SQLAlchemy, asyncpg, Litestar, uvicorn with ``log_config=None``) end up in the same stream
 with the same format and filter.
+
+Hand-written formatters, measured against structlog 26.1 (``ProcessorFormatter`` with the
+same fields): structlog took 25-28 µs to format a JSON line and 21-25 µs a pretty one, these
+11-13 µs and 10-17 µs; and it would replace only the two formatters (the filter syntax, the
+redaction and the request context stay ours). See docs/observability.md.
 """
 
 from __future__ import annotations
