@@ -91,9 +91,9 @@ class Ledger:
             self.foreign_payloads += 1
         else:
             ids = self.ids_by_number.setdefault(delivery.number, set())
+            if ids and delivery.message_id not in ids:
+                self.stored_twice.append((delivery.number, min(ids), delivery.message_id))
             ids.add(delivery.message_id)
-            if len(ids) > 1:
-                self.stored_twice.append((delivery.number, *sorted(ids)[:2]))
         earlier = self.confirmed.get(delivery.message_id)
         if (
             earlier is not None
