@@ -360,6 +360,8 @@ def test_compose_secrets_come_from_the_env_file_with_placeholders() -> None:
     for key in ("POSTGRES_PASSWORD", "RETSU_AUTH_TOKENS", "GRAFANA_ADMIN_PASSWORD"):
         assert "change-me" in example[key], key
     assert ".env" in (DEPLOY / ".gitignore").read_text().split()
+    # compose builds with the repository as context: deploy/.env must not be sent along.
+    assert "deploy" in (ROOT / ".dockerignore").read_text().split()
     tokens = json.loads(example["RETSU_AUTH_TOKENS"])
     assert all(token["secret"].startswith("change-me") for token in tokens)
 
