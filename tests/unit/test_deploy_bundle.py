@@ -50,12 +50,6 @@ RETSU_IMAGE = f"retsu:{__version__}"
 # The Kubernetes version whose schemas the manifests are validated against (strict: an
 # unknown or misspelt field fails).
 KUBERNETES_VERSION = "1.30.0"
-# Settings SPEC §2 defines that the bundle already uses, which this tree's settings module
-# may not have yet (being added in parallel). Accepted only by name, never silently
-# loaded; delete an entry once `setting_paths()` lists it.
-PENDING_SETTINGS = frozenset({"database.session_url"})
-
-
 # -- what the code says ------------------------------------------------------------------
 
 
@@ -78,11 +72,10 @@ def setting_of(variable: str) -> str:
 def assert_settings_load(environment: Mapping[str, str], where: str, tmp: Path) -> Any:
     """Every RETSU_ variable names a setting, and the values load with no warning."""
     retsu = {k: v for k, v in environment.items() if k.startswith("RETSU_")}
-    known = setting_paths() | PENDING_SETTINGS
+    known = setting_paths()
     unknown = sorted(k for k in retsu if setting_of(k) not in known)
     assert not unknown, f"{where}: {unknown} name no Retsu setting"
-    loadable = {k: v for k, v in retsu.items() if setting_of(k) in setting_paths()}
-    loaded = settings_module.load_settings(env=loadable, cwd=tmp)
+    loaded = settings_module.load_settings(env=retsu, cwd=tmp)
     assert not loaded.warnings, f"{where}: {loaded.warnings}"
     return loaded.settings
 
