@@ -25,9 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.leadership import LOCK_KEY, AdvisoryLockLeadership
-from retsu.adapters.postgres.repository import PostgresRepository
 from retsu.domain.message import MessageToStore, Priority
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import PostgresStorage
 from tests.support.processes import RetsuProcess, free_port, retsu_env
 from tests.support.services import PostgresServer
 from tests.support.timeshift import advance_database_clock, plain_url
@@ -163,9 +163,9 @@ async def test_the_expired_cleaner_removes_ready_at_once_and_leased_after_the_le
     database: str, engine: AsyncEngine, tmp_path: Path
 ) -> None:
     queue_id = await insert_queue(engine, "expiring")
-    repository = PostgresRepository(engine)
-    await repository.enqueue(queue_id, messages(1, ttl=10, priority=Priority.HIGH))
-    leased = await repository.dequeue(
+    repository = PostgresStorage(engine)
+    await repository.messages.enqueue(queue_id, messages(1, ttl=10, priority=Priority.HIGH))
+    leased = await repository.messages.dequeue(
         queue_id,
         limit=1,
         visibility_timeout_seconds=60,
@@ -173,8 +173,8 @@ async def test_the_expired_cleaner_removes_ready_at_once_and_leased_after_the_le
         dead_letter_batch_size=100,
     )
     assert len(leased.messages) == 1
-    await repository.enqueue(queue_id, messages(3, ttl=10))  # never delivered
-    await repository.enqueue(queue_id, messages(2, ttl=3600))  # still alive
+    await repository.messages.enqueue(queue_id, messages(3, ttl=10))  # never delivered
+    await repository.messages.enqueue(queue_id, messages(2, ttl=3600))  # still alive
     # Idempotency keys: two older than 24 h, one fresh.
     connection = await asyncpg.connect(plain_url(database))
     try:
@@ -256,11 +256,11 @@ async def test_the_dead_letter_cleaner_honours_the_retention(
     database: str, engine: AsyncEngine, tmp_path: Path
 ) -> None:
     queue_id = await insert_queue(engine, "graveyard", max_attempts=1)
-    repository = PostgresRepository(engine)
+    repository = PostgresStorage(engine)
 
     async def dead_letter(n: int) -> None:
-        await repository.enqueue(queue_id, messages(n))
-        await repository.dequeue(
+        await repository.messages.enqueue(queue_id, messages(n))
+        await repository.messages.dequeue(
             queue_id,
             limit=n,
             visibility_timeout_seconds=1,
@@ -268,7 +268,7 @@ async def test_the_dead_letter_cleaner_honours_the_retention(
             dead_letter_batch_size=100,
         )
         await advance_database_clock(database, 2)
-        result = await repository.dequeue(
+        result = await repository.messages.dequeue(
             queue_id,
             limit=1,
             visibility_timeout_seconds=1,
@@ -372,7 +372,7 @@ async def test_one_collector_leads_and_a_standby_takes_over_whatever_ends_the_le
     database: str, engine: AsyncEngine, tmp_path: Path
 ) -> None:
     queue_id = await insert_queue(engine, "watched")
-    await PostgresRepository(engine).enqueue(queue_id, messages(3, priority=Priority.HIGH))
+    await PostgresStorage(engine).messages.enqueue(queue_id, messages(3, priority=Priority.HIGH))
     figures: dict[str, float] = {}
 
     with running_many(3, COLLECTOR, database, tmp_path, **COLLECTOR_SETTINGS) as collectors:
