@@ -1,7 +1,8 @@
 """One contract for every storage adapter, over the ports of ``retsu.application.ports``.
 
-QueueRepository, MessageRepository, DeadLetterRepository, AuditLog, QueueStateReader
-and the cleaners' Maintenance: what every adapter (memory, PostgreSQL) must do alike.
+QueueRepository, MessageRepository, DeadLetterRepository, AuditLog, QueueStateReader,
+the cleaners' Maintenance and the collector's Leadership (its session reads every
+queue's state): what every adapter (memory, PostgreSQL) must do alike.
 A test module subclasses :class:`RepositoryContract` and provides a ``harness``
 fixture: one object per port, a way to move time forward, and read-only views of what
 the ports cannot read (dead letters, stored message count). Every test creates its own
@@ -27,6 +28,7 @@ from retsu.adapters.ids import uuid7
 from retsu.application.ports import (
     AuditLog,
     DeadLetterRepository,
+    Leadership,
     Maintenance,
     MessageRepository,
     QueueRepository,
@@ -46,6 +48,7 @@ from retsu.domain.message import (
     Receipt,
 )
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
+from retsu.domain.state import PriorityState
 
 # Slack for adapters whose clock keeps running while a test runs (PostgreSQL's now()).
 CLOCK_SLACK = timedelta(seconds=5)
@@ -58,6 +61,7 @@ class RepositoryHarness(Protocol):
     audit_log: AuditLog
     state: QueueStateReader
     maintenance: Maintenance
+    leadership: Leadership
 
     async def advance(self, seconds: float) -> None:
         """Move the adapter's clock forward."""
@@ -1155,3 +1159,152 @@ class RepositoryContract:
             limit=1, after=None, queue_id=None, action=None
         )
         assert latest[0].at >= everything[0].at
+
+    # -- state counting (GET /v1/queues/{id} and the collector) ------------------------
+
+    async def test_state_counts_what_time_made_of_the_stored_rows(self, q: Scenario) -> None:
+        await q.send(
+            message("h-expiring", Priority.HIGH, ttl=10),
+            message("h-live", Priority.HIGH),
+            message("l-delayed", Priority.LOW, delay=600),
+        )
+        await q.advance(11)
+        states = {s.priority: s for s in await q.state.read_state(q.id)}
+        high, medium, low = states[Priority.HIGH], states[Priority.MEDIUM], states[Priority.LOW]
+        # The expired message is nobody's to deliver any more (the cleaner's), so not ready.
+        assert (high.ready, high.in_flight, high.delayed) == (1, 0, 0)
+        assert 11 <= high.oldest_ready_age_seconds <= 11 + CLOCK_SLACK.total_seconds()
+        assert (low.ready, low.delayed, low.oldest_ready_age_seconds) == (0, 1, 0)
+        assert (medium.ready, medium.in_flight, medium.delayed, medium.dead_letters) == (0,) * 4
+        assert medium.oldest_ready_age_seconds == medium.oldest_in_flight_age_seconds == 0
+
+    async def test_an_elapsed_lease_counts_ready_while_attempts_remain_then_neither(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness, max_delivery_attempts=2)
+        await q.send(message("a"), message("b"))
+
+        async def medium() -> PriorityState:
+            states = {s.priority: s for s in await q.state.read_state(q.id)}
+            return states[Priority.MEDIUM]
+
+        assert len(await q.take_messages(2, visibility=5, max_attempts=2)) == 2
+        leased = await medium()
+        assert (leased.ready, leased.in_flight) == (0, 2)
+        assert leased.oldest_in_flight_age_seconds <= CLOCK_SLACK.total_seconds()
+        await q.advance(6)
+        elapsed = await medium()  # no write happened: the leases simply ended
+        assert (elapsed.ready, elapsed.in_flight) == (2, 0)
+        assert elapsed.oldest_ready_age_seconds >= 6
+        assert len(await q.take_messages(2, visibility=5, max_attempts=2)) == 2
+        await q.advance(6)
+        exhausted = await medium()  # no attempt left: dead letters at the next dequeue
+        assert (exhausted.ready, exhausted.in_flight, exhausted.dead_letters) == (0, 0, 0)
+        await q.take(max_attempts=2)
+        assert (await medium()).dead_letters == 2
+
+    async def test_the_leader_reads_every_queue_with_all_three_priorities(
+        self, harness: RepositoryHarness
+    ) -> None:
+        busy = await self.scenario(harness)
+        empty = await self.scenario(harness)
+        await busy.send(message("h", Priority.HIGH), message("l", Priority.LOW))
+        session = await harness.leadership.try_acquire()
+        assert session is not None
+        try:
+            assert await harness.leadership.try_acquire() is None  # held: never waits
+            states = await session.read_state()
+        finally:
+            await session.release()
+        ours = [s for s in states if s.queue_id in (busy.id, empty.id)]
+        assert {(s.queue_name, s.priority, s.ready) for s in ours} == {
+            (busy.queue.name, Priority.HIGH, 1),
+            (busy.queue.name, Priority.MEDIUM, 0),
+            (busy.queue.name, Priority.LOW, 1),
+            (empty.queue.name, Priority.HIGH, 0),
+            (empty.queue.name, Priority.MEDIUM, 0),
+            (empty.queue.name, Priority.LOW, 0),
+        }
+
+        # What the collector reads counts like what one queue's reader reads.
+        def counts(states: list[PriorityState]) -> list[tuple[Priority, int, int, int, int]]:
+            return [(s.priority, s.ready, s.in_flight, s.delayed, s.dead_letters) for s in states]
+
+        led = [s for s in ours if s.queue_id == busy.id]
+        assert counts(led) == counts(await busy.state.read_state(busy.id))
+        again = await harness.leadership.try_acquire()
+        assert again is not None  # released: free for the next leader
+        await again.release()
+
+    # -- maintenance (the cleaners' batches) ---------------------------------------------
+    # A batch is global: it also removes what other tests of this adapter left expired,
+    # so each test drains until a batch finds nothing and looks at its own queue only.
+
+    async def expire_all(self, q: Scenario, batch_size: int = 100) -> dict[str, int]:
+        """Run expired-message batches until one removes nothing; this queue's counts."""
+        counts: dict[str, int] = {}
+        for _ in range(100):
+            removed = await q.maintenance.delete_expired_messages(batch_size)
+            assert sum(group.count for group in removed) <= batch_size
+            if not removed:
+                return counts
+            for group in removed:
+                if group.queue_name == q.queue.name:
+                    counts[group.delivery_history] = (
+                        counts.get(group.delivery_history, 0) + group.count
+                    )
+        raise AssertionError("the expired-message batches never ran dry")
+
+    async def test_expired_messages_are_removed_and_counted_by_delivery_history(
+        self, q: Scenario
+    ) -> None:
+        await q.send(*(message(f"never-{i}", ttl=10) for i in range(3)))
+        await q.send(message("leased", Priority.HIGH, ttl=10))
+        await q.send(message("alive", Priority.LOW))
+        assert await q.take_payloads(1, visibility=60) == ["leased"]
+        await q.advance(11)
+        # The leased one stays while its lease runs: its consumer may still acknowledge.
+        assert await self.expire_all(q, batch_size=2) == {"never_delivered": 3}
+        assert await q.stored() == 2
+        await q.advance(60)
+        assert await self.expire_all(q) == {"previously_delivered": 1}
+        assert await q.stored() == 1
+        assert await q.take_payloads(1) == ["alive"]
+
+    async def test_an_unexpired_message_is_never_the_cleaners(self, q: Scenario) -> None:
+        await q.send(message("delayed", ttl=3600, delay=600), message("ready", ttl=3600))
+        await q.advance(700)
+        assert await self.expire_all(q) == {}
+        assert await q.stored() == 2
+
+    async def test_dead_letters_older_than_the_retention_are_purged_in_bounded_batches(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness, max_delivery_attempts=1)
+        await self.make_dead_letters(q, "old-1", "old-2", "old-3")
+        await q.advance(100)
+        await self.make_dead_letters(q, "young")
+        ours = 0
+        for _ in range(100):
+            purged = await q.maintenance.delete_dead_letters_older_than(90, 2)
+            assert sum(group.count for group in purged) <= 2
+            if not purged:
+                break
+            ours += sum(group.count for group in purged if group.queue_name == q.queue.name)
+        assert ours == 3
+        assert [d.payload for d in await q.dead_letter_records()] == ["young"]
+
+    async def test_idempotency_keys_older_than_the_age_are_forgotten(self, q: Scenario) -> None:
+        first = await q.messages.enqueue_idempotent(q.id, message("a"), "old-key", b"fp")
+        await q.advance(100)
+        await q.messages.enqueue_idempotent(q.id, message("b"), "new-key", b"fp")
+        assert await q.harness.idempotency_keys(q.id) == 2
+        for _ in range(100):
+            if not await q.maintenance.delete_idempotency_keys_older_than(90, 10):
+                break
+        assert await q.harness.idempotency_keys(q.id) == 1
+        # The old key is free again: the same key now stores a new message.
+        again = await q.messages.enqueue_idempotent(q.id, message("a2"), "old-key", b"other")
+        assert again.replayed is False and again.id != first.id
+        replay = await q.messages.enqueue_idempotent(q.id, message("b2"), "new-key", b"fp")
+        assert replay.replayed is True

@@ -25,6 +25,7 @@ from alembic import command
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.errors import sqlstate
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
@@ -141,7 +142,7 @@ class Workload:
 
     def __init__(self, engine: AsyncEngine, queues: dict[UUID, int], rng: random.Random) -> None:
         self.repository = PostgresStorage(engine)
-        self.maintenance = PostgresMaintenance(engine)
+        self.maintenance = PostgresMaintenance(Database(engine))
         self.queues = queues  # id -> max delivery attempts
         self.rng = rng
         self.ops: Counter[str] = Counter()

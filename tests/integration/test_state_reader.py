@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.state import ALL_QUEUES, ONE_QUEUE, read_all_queues, read_queue
@@ -145,7 +146,7 @@ async def test_the_postgres_reader_counts_exactly_like_the_memory_rules(
     assert_counts(as_counts(await d.read_state()), SECOND_ACT, age_tolerance=AGE_TOLERANCE_SECONDS)
 
     # The cleaner removes only messages that already counted in none.
-    cleaned = await CleanExpiredMessages(PostgresMaintenance(engine), NoEvents())(500)
+    cleaned = await CleanExpiredMessages(PostgresMaintenance(Database(engine)), NoEvents())(500)
     assert cleaned.removed == 3
     assert_counts(as_counts(await d.read_state()), SECOND_ACT, age_tolerance=AGE_TOLERANCE_SECONDS)
 

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.leadership import LOCK_KEY, AdvisoryLockLeadership
 from retsu.domain.message import MessageToStore, Priority
@@ -442,9 +443,9 @@ async def test_the_leader_session_holds_the_lock_reads_on_it_and_is_closed_on_re
     ours = create_engine(database, max_connections=2, application_name="retsu-worker")
     theirs = create_engine(database, max_connections=2, application_name="retsu-worker")
     try:
-        session = await AdvisoryLockLeadership(ours).try_acquire()
+        session = await AdvisoryLockLeadership(Database(ours)).try_acquire()
         assert session is not None
-        assert await AdvisoryLockLeadership(theirs).try_acquire() is None  # never waits
+        assert await AdvisoryLockLeadership(Database(theirs)).try_acquire() is None  # never waits
         assert theirs.pool.checkedout() == 0  # the standby gave its connection back
         [pid] = await _leader_backends(database)
         # Every state read goes through the locked session itself.
@@ -466,7 +467,7 @@ async def test_the_leader_session_holds_the_lock_reads_on_it_and_is_closed_on_re
                 break
             await asyncio.sleep(0.02)
         assert await count(database, gone, pid) == 0
-        taken = await AdvisoryLockLeadership(theirs).try_acquire()
+        taken = await AdvisoryLockLeadership(Database(theirs)).try_acquire()
         assert taken is not None
         await taken.release()
     finally:

@@ -9,6 +9,7 @@ import pytest
 from retsu.domain.message import DeadLetter
 from tests.contract.repository_contract import RepositoryContract
 from tests.support.memory.clock import FakeClock
+from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
 from tests.support.memory.repository import InMemoryRepository
 
 
@@ -19,6 +20,7 @@ class MemoryHarness:
         # One object serves every port.
         self.queues = self.messages = self.dead_letters = self.repository
         self.audit_log = self.state = self.maintenance = self.repository
+        self.leadership = InMemoryLeadership(InMemoryLock(), self.repository)
 
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
