@@ -161,11 +161,10 @@ class PostgresMessageSignals(InProcessMessageSignals):
         while True:
             retrying = tenacity.AsyncRetrying(
                 retry=tenacity.retry_if_exception_type(Exception),
-                wait=tenacity.wait_exponential_jitter(
-                    initial=self._reconnect_initial,
-                    max=self._reconnect_max,
-                    jitter=self._reconnect_initial,
-                ),
+                wait=tenacity.wait_exponential(
+                    multiplier=self._reconnect_initial, max=self._reconnect_max
+                )
+                + tenacity.wait_random(0, self._reconnect_initial),
                 before_sleep=self._log_reconnect,
             )
             # Returns after losing a connection that had been up for STABLE_SECONDS: the
