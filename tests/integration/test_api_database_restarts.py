@@ -86,12 +86,16 @@ async def round_trip(client: httpx.AsyncClient, queue_id: str) -> list[int]:
     return statuses
 
 
-async def kill_api_sessions(database: str) -> int:
+async def kill_api_sessions(database: str, *, limit: int) -> int:
+    """Terminate up to ``limit`` of the API's pooled sessions."""
     admin = await asyncpg.connect(plain_url(database))
     try:
         killed = await admin.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = 'retsu-api'"
+            "SELECT count(pg_terminate_backend(pid)) FROM ("
+            "  SELECT pid FROM pg_stat_activity"
+            "  WHERE datname = current_database() AND application_name = 'retsu-api'"
+            "  LIMIT $1) AS victims",
+            limit,
         )
     finally:
         await admin.close()
@@ -99,13 +103,14 @@ async def kill_api_sessions(database: str) -> int:
     return int(killed)
 
 
+@pytest.mark.parametrize("killed", [1, 10], ids=["one-session-in-ten", "every-session"])
 async def test_after_its_sessions_are_killed_every_request_still_succeeds(
-    client: httpx.AsyncClient, database: str
+    client: httpx.AsyncClient, database: str, killed: int
 ) -> None:
     queue_id = await new_queue(client)
     # Fill the pool: ten requests at once hold ten connections.
     await asyncio.gather(*(round_trip(client, queue_id) for _ in range(10)))
-    assert await kill_api_sessions(database) >= 1
+    assert await kill_api_sessions(database, limit=killed) >= 1
     for _ in range(30):  # nothing was in flight: not one request fails
         assert await round_trip(client, queue_id) == [201, 200, 204, 204, 200]
     assert (await client.get("/health/ready")).status_code == 200
