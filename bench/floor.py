@@ -56,13 +56,13 @@ class Statements:
 
     @classmethod
     def from_retsu(cls) -> Statements:
-        from retsu.adapters.postgres import engine, repository
+        from retsu.adapters.postgres import engine, messages
         from retsu.domain import message
 
         return cls(
-            enqueue=compile_for_asyncpg(repository._ENQUEUE),
-            dequeue=compile_for_asyncpg(repository._DEQUEUE),
-            acknowledge=compile_for_asyncpg(repository._ACKNOWLEDGE),
+            enqueue=compile_for_asyncpg(messages._ENQUEUE),
+            dequeue=compile_for_asyncpg(messages._DEQUEUE),
+            acknowledge=compile_for_asyncpg(messages._ACKNOWLEDGE),
             server_settings={
                 **getattr(engine, "SERVER_SETTINGS", {}),
                 "application_name": "retsu-bench-floor",

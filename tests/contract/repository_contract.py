@@ -1,9 +1,13 @@
-"""One contract for every repository adapter (QueueRepository + MessageRepository).
+"""One contract for every storage adapter, over the ports of ``retsu.application.ports``.
 
+QueueRepository, MessageRepository, DeadLetterRepository, AuditLog, QueueStateReader,
+the cleaners' Maintenance and the collector's Leadership (its session reads every
+queue's state): what every adapter (memory, PostgreSQL) must do alike.
 A test module subclasses :class:`RepositoryContract` and provides a ``harness``
-fixture: the repository, a way to move time forward, and read-only views of what
-the port cannot read (dead letters, stored message count). Every test creates its
-own queues with unique names, so tests never see each other's data.
+fixture: one object per port, a way to move time forward, and read-only views of what
+the ports cannot read (dead letters, stored message count). Every test creates its own
+queues with unique names, so tests never see each other's data; the cleaners' batches
+are global, so maintenance tests look only at their own queues' counts.
 
 A subclass may list tests its adapter is known to fail in ``KNOWN_GAPS`` (name →
 reason); they run as strict expected failures, so a fix turns them red until the
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol
 from uuid import UUID
@@ -22,8 +25,17 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.ids import uuid7
+from retsu.application.ports import (
+    AuditLog,
+    DeadLetterRepository,
+    Leadership,
+    Maintenance,
+    MessageRepository,
+    QueueRepository,
+    QueueStateReader,
+)
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord, Caller
-from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.cursor import AuditPosition, QueuePosition
 from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.message import (
@@ -42,70 +54,26 @@ from retsu.domain.state import PriorityState
 CLOCK_SLACK = timedelta(seconds=5)
 
 
-class Repository(Protocol):
-    async def add_queue(self, queue: Queue, audit: AuditEntry) -> Queue: ...
-    async def get_queue(self, queue_id: UUID) -> Queue | None: ...
-    async def update_queue(
-        self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
-    ) -> Queue | None: ...
-    async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None: ...
-    async def list_queues(
-        self, *, limit: int, after: QueuePosition | None, name: str | None
-    ) -> list[Queue]: ...
-    async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None: ...
-    async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool: ...
-    async def read_state(self, queue_id: UUID) -> list[PriorityState]: ...
-    async def enqueue_idempotent(
-        self, queue_id: UUID, message: MessageToStore, key: str, fingerprint: bytes
-    ) -> IdempotentEnqueued: ...
-    async def change_visibility(
-        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
-    ) -> bool: ...
-    async def list_dead_letters(
-        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
-    ) -> list[tuple[DeadLetter, DeadLetterPosition]]: ...
-    async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None: ...
-    async def redrive_dead_letter(
-        self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
-    ) -> bool: ...
-    async def redrive_dead_letters(
-        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
-    ) -> int: ...
-    async def delete_dead_letter(
-        self, queue_id: UUID, message_id: UUID, audit: AuditEntry
-    ) -> bool: ...
-    async def list_audit_records(
-        self,
-        *,
-        limit: int,
-        after: AuditPosition | None,
-        queue_id: UUID | None,
-        action: AuditAction | None,
-    ) -> list[AuditRecord]: ...
-    async def enqueue(self, queue_id: UUID, messages: Sequence[MessageToStore]) -> None: ...
-    async def dequeue(
-        self,
-        queue_id: UUID,
-        *,
-        limit: int,
-        visibility_timeout_seconds: int,
-        max_delivery_attempts: int,
-        dead_letter_batch_size: int,
-    ) -> DequeueResult: ...
-    async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int: ...
-
-
 class RepositoryHarness(Protocol):
-    repository: Repository
+    queues: QueueRepository
+    messages: MessageRepository
+    dead_letters: DeadLetterRepository
+    audit_log: AuditLog
+    state: QueueStateReader
+    maintenance: Maintenance
+    leadership: Leadership
 
     async def advance(self, seconds: float) -> None:
         """Move the adapter's clock forward."""
 
-    async def dead_letters(self, queue_id: UUID) -> list[DeadLetter]:
+    async def dead_letter_records(self, queue_id: UUID) -> list[DeadLetter]:
         """The queue's dead letters, newest first (the order the API lists them)."""
 
     async def stored(self, queue_id: UUID) -> int:
         """How many live messages the queue holds, whatever their state."""
+
+    async def idempotency_keys(self, queue_id: UUID) -> int:
+        """How many Idempotency-Keys the queue remembers."""
 
 
 # -- building blocks ------------------------------------------------------------
@@ -156,7 +124,7 @@ def message(
 
 
 async def add(harness: RepositoryHarness, queue: Queue) -> Queue:
-    return await harness.repository.add_queue(queue, created(queue))
+    return await harness.queues.add_queue(queue, created(queue))
 
 
 class Scenario:
@@ -164,7 +132,12 @@ class Scenario:
 
     def __init__(self, harness: RepositoryHarness, queue: Queue) -> None:
         self.harness = harness
-        self.repository = harness.repository
+        self.queues = harness.queues
+        self.messages = harness.messages
+        self.dead_letters = harness.dead_letters
+        self.audit_log = harness.audit_log
+        self.state = harness.state
+        self.maintenance = harness.maintenance
         self.queue = queue
 
     @property
@@ -172,7 +145,7 @@ class Scenario:
         return self.queue.id
 
     async def send(self, *messages: MessageToStore) -> list[UUID]:
-        await self.repository.enqueue(self.queue.id, list(messages))
+        await self.messages.enqueue(self.queue.id, list(messages))
         return [m.id for m in messages]
 
     async def send_payloads(self, *payloads: str, priority: Priority = Priority.MEDIUM) -> None:
@@ -186,7 +159,7 @@ class Scenario:
         max_attempts: int = 5,
         dead_letter_batch: int = 100,
     ) -> DequeueResult:
-        return await self.repository.dequeue(
+        return await self.messages.dequeue(
             self.queue.id,
             limit=limit,
             visibility_timeout_seconds=visibility,
@@ -201,15 +174,15 @@ class Scenario:
         return [m.payload for m in await self.take_messages(limit, **options)]
 
     async def ack(self, *deliveries: DeliveredMessage) -> int:
-        return await self.repository.acknowledge(
+        return await self.messages.acknowledge(
             self.queue.id, [Receipt(d.id, d.receipt_handle) for d in deliveries]
         )
 
     async def advance(self, seconds: float) -> None:
         await self.harness.advance(seconds)
 
-    async def dead_letters(self) -> list[DeadLetter]:
-        return await self.harness.dead_letters(self.queue.id)
+    async def dead_letter_records(self) -> list[DeadLetter]:
+        return await self.harness.dead_letter_records(self.queue.id)
 
     async def stored(self) -> int:
         return await self.harness.stored(self.queue.id)
@@ -248,22 +221,22 @@ class RepositoryContract:
         )
         assert stored.created_at.tzinfo is not None
         assert stored.created_at == stored.updated_at
-        assert await harness.repository.get_queue(queue.id) == stored
+        assert await harness.queues.get_queue(queue.id) == stored
 
     async def test_a_paused_queue_reads_back_paused(self, harness: RepositoryHarness) -> None:
         stored = await add(harness, new_queue(paused=True))
         assert stored.paused is True
-        assert (await harness.repository.get_queue(stored.id)).paused is True  # type: ignore[union-attr]
+        assert (await harness.queues.get_queue(stored.id)).paused is True  # type: ignore[union-attr]
 
     async def test_an_unknown_queue_reads_as_nothing(self, harness: RepositoryHarness) -> None:
-        assert await harness.repository.get_queue(uuid7()) is None
+        assert await harness.queues.get_queue(uuid7()) is None
 
     async def test_a_taken_name_is_queue_already_exists(self, harness: RepositoryHarness) -> None:
         first = await add(harness, new_queue())
         with pytest.raises(QueueAlreadyExists) as raised:
             await add(harness, new_queue(first.name, max_delivery_attempts=1))
         assert raised.value.code == "queue_already_exists"
-        assert await harness.repository.get_queue(first.id) == first
+        assert await harness.queues.get_queue(first.id) == first
 
     async def test_names_differing_only_in_punctuation_are_distinct(
         self, harness: RepositoryHarness
@@ -277,7 +250,7 @@ class RepositoryContract:
         self, harness: RepositoryHarness
     ) -> None:
         queue = await add(harness, new_queue(visibility_timeout_seconds=7, max_delivery_attempts=3))
-        updated = await harness.repository.update_queue(
+        updated = await harness.queues.update_queue(
             queue.id, QueueSettingsUpdate(max_delivery_attempts=9), audit_of(queue.id)
         )
         assert updated is not None
@@ -285,9 +258,9 @@ class RepositoryContract:
         assert (updated.id, updated.name, updated.paused) == (queue.id, queue.name, False)
         assert updated.created_at == queue.created_at
         assert updated.updated_at >= queue.updated_at
-        assert await harness.repository.get_queue(queue.id) == updated
+        assert await harness.queues.get_queue(queue.id) == updated
 
-        again = await harness.repository.update_queue(
+        again = await harness.queues.update_queue(
             queue.id,
             QueueSettingsUpdate(visibility_timeout_seconds=21_600, default_message_ttl_seconds=1),
             audit_of(queue.id),
@@ -299,7 +272,7 @@ class RepositoryContract:
         self, harness: RepositoryHarness
     ) -> None:
         update = QueueSettingsUpdate(max_delivery_attempts=2)
-        assert await harness.repository.update_queue(uuid7(), update, audit_of(uuid7())) is None
+        assert await harness.queues.update_queue(uuid7(), update, audit_of(uuid7())) is None
 
     # -- enqueue ----------------------------------------------------------------
 
@@ -307,7 +280,7 @@ class RepositoryContract:
         self, harness: RepositoryHarness
     ) -> None:
         with pytest.raises(QueueNotFound) as raised:
-            await harness.repository.enqueue(uuid7(), [message(), message()])
+            await harness.messages.enqueue(uuid7(), [message(), message()])
         assert raised.value.code == "queue_not_found"
 
     async def test_a_batch_that_storage_refuses_stores_none_of_its_messages(
@@ -384,7 +357,7 @@ class RepositoryContract:
         self, harness: RepositoryHarness
     ) -> None:
         with pytest.raises(QueueNotFound):
-            await harness.repository.dequeue(
+            await harness.messages.dequeue(
                 uuid7(),
                 limit=1,
                 visibility_timeout_seconds=30,
@@ -479,7 +452,7 @@ class RepositoryContract:
         result = await q.take(visibility=10, max_attempts=2)
 
         assert (result.messages, result.dead_lettered) == ([], 1)
-        (dead,) = await q.dead_letters()
+        (dead,) = await q.dead_letter_records()
         assert (dead.id, dead.queue_id, dead.payload, dead.priority) == (
             message_id,
             q.id,
@@ -512,7 +485,7 @@ class RepositoryContract:
 
         assert [m.payload for m in result.messages] == ["good"]
         assert result.dead_lettered == 1
-        assert [d.payload for d in await q.dead_letters()] == ["poison"]
+        assert [d.payload for d in await q.dead_letter_records()] == ["poison"]
 
     async def test_an_exhausted_message_with_an_active_lease_stays_acknowledgeable(
         self, q: Scenario
@@ -520,7 +493,7 @@ class RepositoryContract:
         await q.send_payloads("last-try")
         (delivered,) = await q.take_messages(visibility=30, max_attempts=1)
         assert await q.take(max_attempts=1) == DequeueResult(messages=[], dead_lettered=0)
-        assert await q.dead_letters() == []
+        assert await q.dead_letter_records() == []
         assert await q.ack(delivered) == 1
 
     async def test_an_expired_exhausted_message_is_left_to_the_cleaner(self, q: Scenario) -> None:
@@ -528,7 +501,7 @@ class RepositoryContract:
         await q.take_messages(visibility=30, max_attempts=1)
         await q.advance(31)
         assert await q.take(max_attempts=1) == DequeueResult(messages=[], dead_lettered=0)
-        assert await q.dead_letters() == []
+        assert await q.dead_letter_records() == []
         assert await q.stored() == 1
 
     async def test_max_delivery_attempts_is_judged_at_dequeue_time(self, q: Scenario) -> None:
@@ -547,7 +520,7 @@ class RepositoryContract:
             (await q.take(max_attempts=1, dead_letter_batch=2)).dead_lettered for _ in range(4)
         ]
         assert moved == [2, 2, 1, 0]
-        assert len(await q.dead_letters()) == 5
+        assert len(await q.dead_letter_records()) == 5
         assert await q.stored() == 0
 
     async def test_messages_moved_by_one_dequeue_share_a_timestamp_and_list_newest_first(
@@ -557,7 +530,7 @@ class RepositoryContract:
         await q.take_messages(3, visibility=10, max_attempts=1)
         await q.advance(11)
         assert (await q.take(max_attempts=1)).dead_lettered == 3
-        dead = await q.dead_letters()
+        dead = await q.dead_letter_records()
         assert [d.payload for d in dead] == ["c", "b", "a"]
         assert len({d.dead_lettered_at for d in dead}) == 1
 
@@ -573,7 +546,7 @@ class RepositoryContract:
         seen: set[str] = set()
         for start in range(0, 20, 5):
             assert (await q.take(max_attempts=1, dead_letter_batch=5)).dead_lettered == 5
-            now_dead = {d.payload[:2] for d in await q.dead_letters()}
+            now_dead = {d.payload[:2] for d in await q.dead_letter_records()}
             assert sorted(now_dead - seen) == [p[:2] for p in payloads[start : start + 5]]
             seen = now_dead
 
@@ -655,7 +628,7 @@ class RepositoryContract:
     async def test_a_never_delivered_message_cannot_be_acknowledged(self, q: Scenario) -> None:
         (message_id,) = await q.send(message())
         receipt = Receipt(message_id, str(uuid.uuid4()))
-        assert await q.repository.acknowledge(q.id, [receipt]) == 0
+        assert await q.messages.acknowledge(q.id, [receipt]) == 0
         assert await q.stored() == 1
 
     async def test_acknowledging_with_another_queue_id_removes_nothing(
@@ -676,7 +649,7 @@ class RepositoryContract:
         (delivered,) = await q.take_messages()
         receipt = Receipt(delivered.id, delivered.receipt_handle)
         with pytest.raises(QueueNotFound):
-            await q.repository.acknowledge(uuid7(), [receipt])
+            await q.messages.acknowledge(uuid7(), [receipt])
         assert await q.stored() == 1
 
     async def test_changing_visibility_in_a_missing_queue_is_queue_not_found(
@@ -686,7 +659,7 @@ class RepositoryContract:
         (delivered,) = await q.take_messages()
         receipt = Receipt(delivered.id, delivered.receipt_handle)
         with pytest.raises(QueueNotFound):
-            await q.repository.change_visibility(uuid7(), receipt, 0)
+            await q.messages.change_visibility(uuid7(), receipt, 0)
 
     async def test_a_batch_acknowledge_counts_each_current_delivery_once(self, q: Scenario) -> None:
         await q.send_payloads("a", "b", "c", "d")
@@ -698,14 +671,14 @@ class RepositoryContract:
         assert await q.ack(b, d) == 2
 
     async def test_an_empty_acknowledge_removes_nothing(self, q: Scenario) -> None:
-        assert await q.repository.acknowledge(q.id, []) == 0
+        assert await q.messages.acknowledge(q.id, []) == 0
 
     # -- audit rows of queue changes ---------------------------------------------
 
     async def audit_rows(
         self, harness: RepositoryHarness, queue_id: UUID, action: AuditAction | None = None
     ) -> list[AuditRecord]:
-        return await harness.repository.list_audit_records(
+        return await harness.audit_log.list_audit_records(
             limit=100, after=None, queue_id=queue_id, action=action
         )
 
@@ -732,16 +705,16 @@ class RepositoryContract:
             await add(harness, clash)
         missing = uuid7()
         update = QueueSettingsUpdate(max_delivery_attempts=2)
-        assert await harness.repository.update_queue(missing, update, audit_of(missing)) is None
-        assert await harness.repository.set_paused(missing, True, audit_of(missing)) is None
-        assert await harness.repository.purge_queue(missing, audit_of(missing)) is None
-        assert await harness.repository.delete_queue(missing, audit_of(missing)) is False
+        assert await harness.queues.update_queue(missing, update, audit_of(missing)) is None
+        assert await harness.queues.set_paused(missing, True, audit_of(missing)) is None
+        assert await harness.queues.purge_queue(missing, audit_of(missing)) is None
+        assert await harness.queues.delete_queue(missing, audit_of(missing)) is False
         assert await self.audit_rows(harness, clash.id) == []
         assert await self.audit_rows(harness, missing) == []
 
     async def test_an_update_writes_its_audit_row(self, harness: RepositoryHarness) -> None:
         queue = await add(harness, new_queue())
-        await harness.repository.update_queue(
+        await harness.queues.update_queue(
             queue.id, QueueSettingsUpdate(max_delivery_attempts=2), audit_of(queue.id)
         )
         rows = await self.audit_rows(harness, queue.id)
@@ -753,18 +726,18 @@ class RepositoryContract:
         self, harness: RepositoryHarness
     ) -> None:
         queue = await add(harness, new_queue())
-        paused = await harness.repository.set_paused(
+        paused = await harness.queues.set_paused(
             queue.id, True, audit_of(queue.id, AuditAction.QUEUE_PAUSED)
         )
         assert paused is not None and paused.paused is True
         assert paused.settings == queue.settings and paused.name == queue.name
         assert paused.updated_at >= queue.updated_at
-        assert await harness.repository.get_queue(queue.id) == paused
-        resumed = await harness.repository.set_paused(
+        assert await harness.queues.get_queue(queue.id) == paused
+        resumed = await harness.queues.set_paused(
             queue.id, False, audit_of(queue.id, AuditAction.QUEUE_RESUMED)
         )
         assert resumed is not None and resumed.paused is False
-        assert await harness.repository.get_queue(queue.id) == resumed
+        assert await harness.queues.get_queue(queue.id) == resumed
         rows = await self.audit_rows(harness, queue.id)
         assert [r.action for r in rows] == ["queue.resumed", "queue.paused", "queue.created"]
 
@@ -788,12 +761,12 @@ class RepositoryContract:
             f"{base}z",
         ]
         # Every name after `base` itself that starts with it is ours (the prefix is unique).
-        listed = await harness.repository.list_queues(limit=6, after=QueuePosition(base), name=None)
+        listed = await harness.queues.list_queues(limit=6, after=QueuePosition(base), name=None)
         assert [q.name for q in listed] == expected
         pages: list[str] = []
         after = QueuePosition(base)
         while len(pages) < 6:
-            page = await harness.repository.list_queues(limit=4, after=after, name=None)
+            page = await harness.queues.list_queues(limit=4, after=after, name=None)
             pages += [q.name for q in page][: 6 - len(pages)]
             after = QueuePosition(page[-1].name)
         assert pages == expected
@@ -801,11 +774,11 @@ class RepositoryContract:
     async def test_a_name_filter_finds_exactly_that_queue(self, harness: RepositoryHarness) -> None:
         queue = await add(harness, new_queue())
         await add(harness, new_queue(queue.name + "x"))
-        found = await harness.repository.list_queues(limit=50, after=None, name=queue.name)
+        found = await harness.queues.list_queues(limit=50, after=None, name=queue.name)
         assert found == [queue]
-        assert await harness.repository.list_queues(limit=50, after=None, name="no-such") == []
+        assert await harness.queues.list_queues(limit=50, after=None, name="no-such") == []
         past = QueuePosition(queue.name)
-        assert await harness.repository.list_queues(limit=50, after=past, name=queue.name) == []
+        assert await harness.queues.list_queues(limit=50, after=past, name=queue.name) == []
 
     # -- purge and delete --------------------------------------------------------
 
@@ -815,7 +788,7 @@ class RepositoryContract:
         await q.take_messages(len(payloads), visibility=10, max_attempts=1)
         await q.advance(11)
         assert (await q.take(max_attempts=1)).dead_lettered == len(payloads)
-        return await q.dead_letters()
+        return await q.dead_letter_records()
 
     async def test_purge_removes_every_live_message_but_no_dead_letter(self, q: Scenario) -> None:
         await self.make_dead_letters(q, "dead")
@@ -825,19 +798,19 @@ class RepositoryContract:
         await q.advance(6)  # "short" has expired but is still stored
         assert await q.stored() == 4
 
-        purged = await q.repository.purge_queue(q.id, audit_of(q.id, AuditAction.QUEUE_PURGED))
+        purged = await q.queues.purge_queue(q.id, audit_of(q.id, AuditAction.QUEUE_PURGED))
 
         assert purged == 4
         assert await q.stored() == 0
-        assert [d.payload for d in await q.dead_letters()] == ["dead"]
+        assert [d.payload for d in await q.dead_letter_records()] == ["dead"]
         assert await q.take_messages(10) == []
-        (row, *_) = await q.repository.list_audit_records(
+        (row, *_) = await q.audit_log.list_audit_records(
             limit=1, after=None, queue_id=q.id, action=AuditAction.QUEUE_PURGED
         )
         assert row.details == {"note": "contract", "purged": 4}
 
     async def test_purging_an_empty_queue_counts_zero(self, q: Scenario) -> None:
-        assert await q.repository.purge_queue(q.id, audit_of(q.id)) == 0
+        assert await q.queues.purge_queue(q.id, audit_of(q.id)) == 0
 
     async def test_delete_removes_the_queue_and_everything_in_it(
         self, harness: RepositoryHarness
@@ -845,23 +818,21 @@ class RepositoryContract:
         q = await self.scenario(harness)
         await self.make_dead_letters(q, "dead-1", "dead-2")
         await q.send_payloads("a", "b", "c")
-        await q.repository.enqueue_idempotent(q.id, message("keyed"), "key-1", b"f" * 32)
-        assert await q.repository.read_state(q.id) != []
+        await q.messages.enqueue_idempotent(q.id, message("keyed"), "key-1", b"f" * 32)
+        assert await q.state.read_state(q.id) != []
 
-        deleted = await harness.repository.delete_queue(
-            q.id, audit_of(q.id, AuditAction.QUEUE_DELETED)
-        )
+        deleted = await harness.queues.delete_queue(q.id, audit_of(q.id, AuditAction.QUEUE_DELETED))
 
         assert deleted is True
-        assert await harness.repository.get_queue(q.id) is None
+        assert await harness.queues.get_queue(q.id) is None
         assert await q.stored() == 0
-        assert await q.dead_letters() == []
-        assert await harness.repository.read_state(q.id) == []
-        assert await harness.repository.delete_queue(q.id, audit_of(q.id)) is False
+        assert await q.dead_letter_records() == []
+        assert await harness.state.read_state(q.id) == []
+        assert await harness.queues.delete_queue(q.id, audit_of(q.id)) is False
         with pytest.raises(QueueNotFound):
             await q.send_payloads("late")
         with pytest.raises(QueueNotFound):
-            await q.repository.enqueue_idempotent(q.id, message("keyed"), "key-1", b"f" * 32)
+            await q.messages.enqueue_idempotent(q.id, message("keyed"), "key-1", b"f" * 32)
         (row, *_) = await self.audit_rows(harness, q.id, AuditAction.QUEUE_DELETED)
         assert row.details == {
             "note": "contract",
@@ -877,15 +848,15 @@ class RepositoryContract:
 
     async def test_a_deleted_queues_name_is_free_again(self, harness: RepositoryHarness) -> None:
         old = await add(harness, new_queue())
-        await harness.repository.delete_queue(old.id, audit_of(old.id))
+        await harness.queues.delete_queue(old.id, audit_of(old.id))
         new = await add(harness, new_queue(old.name))
         assert new.id != old.id
-        assert await harness.repository.list_queues(limit=5, after=None, name=old.name) == [new]
+        assert await harness.queues.list_queues(limit=5, after=None, name=old.name) == [new]
         fresh = Scenario(harness, new)
         assert await fresh.take_payloads(10) == []
-        assert await fresh.dead_letters() == []
+        assert await fresh.dead_letter_records() == []
         # Same key, same queue name, new queue: the old key is gone with the old queue.
-        result = await fresh.repository.enqueue_idempotent(new.id, message("m"), "k", b"x")
+        result = await fresh.messages.enqueue_idempotent(new.id, message("m"), "k", b"x")
         assert result.replayed is False
 
     # -- state -------------------------------------------------------------------
@@ -899,13 +870,13 @@ class RepositoryContract:
             message("m1", Priority.MEDIUM),
         )
         await q.take_messages(1)  # h1 in flight
-        states = {s.priority: s for s in await q.repository.read_state(q.id)}
+        states = {s.priority: s for s in await q.state.read_state(q.id)}
         assert set(states) == set(Priority)
         high, medium, low = states[Priority.HIGH], states[Priority.MEDIUM], states[Priority.LOW]
         assert (high.ready, high.in_flight, high.delayed) == (1, 1, 0)
         assert (medium.ready, medium.in_flight, medium.dead_letters) == (1, 0, 1)
         assert (low.ready, low.delayed) == (0, 1)
-        assert await q.repository.read_state(uuid7()) == []
+        assert await q.state.read_state(uuid7()) == []
 
     # -- idempotent enqueue -------------------------------------------------------
 
@@ -913,58 +884,58 @@ class RepositoryContract:
         self, q: Scenario
     ) -> None:
         first = message("once")
-        stored = await q.repository.enqueue_idempotent(q.id, first, "order-7", b"a" * 32)
+        stored = await q.messages.enqueue_idempotent(q.id, first, "order-7", b"a" * 32)
         assert stored == IdempotentEnqueued(first.id, replayed=False)
-        again = await q.repository.enqueue_idempotent(q.id, message("once"), "order-7", b"a" * 32)
+        again = await q.messages.enqueue_idempotent(q.id, message("once"), "order-7", b"a" * 32)
         assert again == IdempotentEnqueued(first.id, replayed=True)
         assert await q.stored() == 1
         assert await q.take_payloads(10) == ["once"]
 
     async def test_a_key_is_replayed_after_its_message_was_consumed(self, q: Scenario) -> None:
         first = message("once")
-        await q.repository.enqueue_idempotent(q.id, first, "k", b"a")
+        await q.messages.enqueue_idempotent(q.id, first, "k", b"a")
         (delivered,) = await q.take_messages()
         assert await q.ack(delivered) == 1
-        again = await q.repository.enqueue_idempotent(q.id, message("once"), "k", b"a")
+        again = await q.messages.enqueue_idempotent(q.id, message("once"), "k", b"a")
         assert again == IdempotentEnqueued(first.id, replayed=True)
         assert await q.stored() == 0
 
     async def test_a_key_with_another_message_is_a_conflict(self, q: Scenario) -> None:
-        await q.repository.enqueue_idempotent(q.id, message("one"), "k", b"a")
+        await q.messages.enqueue_idempotent(q.id, message("one"), "k", b"a")
         with pytest.raises(IdempotencyKeyConflict) as raised:
-            await q.repository.enqueue_idempotent(q.id, message("two"), "k", b"b")
+            await q.messages.enqueue_idempotent(q.id, message("two"), "k", b"b")
         assert raised.value.code == "idempotency_key_conflict"
         assert await q.stored() == 1
 
     async def test_keys_are_scoped_to_their_queue(self, harness: RepositoryHarness) -> None:
         a = await self.scenario(harness)
         b = await self.scenario(harness)
-        in_a = await a.repository.enqueue_idempotent(a.id, message("a"), "k", b"a")
-        in_b = await b.repository.enqueue_idempotent(b.id, message("b"), "k", b"b")
+        in_a = await a.messages.enqueue_idempotent(a.id, message("a"), "k", b"a")
+        in_b = await b.messages.enqueue_idempotent(b.id, message("b"), "k", b"b")
         assert not in_a.replayed and not in_b.replayed
         assert in_a.id != in_b.id
 
     async def test_a_key_is_forgotten_after_24_hours(self, q: Scenario) -> None:
         first = message("day-1")
-        await q.repository.enqueue_idempotent(q.id, first, "k", b"a")
+        await q.messages.enqueue_idempotent(q.id, first, "k", b"a")
         await q.advance(23 * 3600)
-        replay = await q.repository.enqueue_idempotent(q.id, message("day-1"), "k", b"a")
+        replay = await q.messages.enqueue_idempotent(q.id, message("day-1"), "k", b"a")
         assert replay == IdempotentEnqueued(first.id, replayed=True)
         await q.advance(3600)
         second = message("day-2")
-        fresh = await q.repository.enqueue_idempotent(q.id, second, "k", b"b")
+        fresh = await q.messages.enqueue_idempotent(q.id, second, "k", b"b")
         assert fresh == IdempotentEnqueued(second.id, replayed=False)
-        again = await q.repository.enqueue_idempotent(q.id, message("day-2"), "k", b"b")
+        again = await q.messages.enqueue_idempotent(q.id, message("day-2"), "k", b"b")
         assert again == IdempotentEnqueued(second.id, replayed=True)
 
     async def test_an_idempotent_enqueue_to_a_missing_queue_is_queue_not_found(
         self, harness: RepositoryHarness
     ) -> None:
         with pytest.raises(QueueNotFound):
-            await harness.repository.enqueue_idempotent(uuid7(), message(), "k", b"a")
+            await harness.messages.enqueue_idempotent(uuid7(), message(), "k", b"a")
 
     async def test_an_idempotent_message_keeps_its_delay_and_lifetime(self, q: Scenario) -> None:
-        await q.repository.enqueue_idempotent(q.id, message("d", delay=10, ttl=20), "k", b"a")
+        await q.messages.enqueue_idempotent(q.id, message("d", delay=10, ttl=20), "k", b"a")
         assert await q.take_payloads() == []
         await q.advance(11)
         assert await q.take_payloads(visibility=30) == ["d"]
@@ -973,7 +944,7 @@ class RepositoryContract:
 
     async def change(self, q: Scenario, delivered: DeliveredMessage, seconds: int) -> bool:
         receipt = Receipt(delivered.id, delivered.receipt_handle)
-        return await q.repository.change_visibility(q.id, receipt, seconds)
+        return await q.messages.change_visibility(q.id, receipt, seconds)
 
     async def test_extending_a_lease_hides_the_message_longer(self, q: Scenario) -> None:
         await q.send_payloads("slow")
@@ -1030,7 +1001,7 @@ class RepositoryContract:
             assert await self.change(q, forged, 30) is False
         (never,) = await q.send(message("never delivered"))
         receipt = Receipt(never, str(uuid.uuid4()))
-        assert await q.repository.change_visibility(q.id, receipt, 30) is False
+        assert await q.messages.change_visibility(q.id, receipt, 30) is False
         assert await self.change(q, new, 30) is True
 
     # -- dead letters ---------------------------------------------------------------
@@ -1040,13 +1011,13 @@ class RepositoryContract:
         await q.advance(1)
         await self.make_dead_letters(q, "d", "e")
         newest_first = ["e", "d", "c", "b", "a"]
-        assert [d.payload for d in await q.dead_letters()] == newest_first
-        listed = await q.repository.list_dead_letters(q.id, limit=10, after=None)
+        assert [d.payload for d in await q.dead_letter_records()] == newest_first
+        listed = await q.dead_letters.list_dead_letters(q.id, limit=10, after=None)
         assert [d.payload for d, _ in listed] == newest_first
         seen: list[str] = []
         after = None
         while True:
-            page = await q.repository.list_dead_letters(q.id, limit=2, after=after)
+            page = await q.dead_letters.list_dead_letters(q.id, limit=2, after=after)
             if not page:
                 break
             seen += [d.payload for d, _ in page]
@@ -1059,9 +1030,9 @@ class RepositoryContract:
         q = await self.scenario(harness)
         other = await self.scenario(harness)
         (dead,) = await self.make_dead_letters(q, "poison")
-        assert await q.repository.get_dead_letter(q.id, dead.id) == dead
-        assert await q.repository.get_dead_letter(other.id, dead.id) is None
-        assert await q.repository.get_dead_letter(q.id, uuid7()) is None
+        assert await q.dead_letters.get_dead_letter(q.id, dead.id) == dead
+        assert await q.dead_letters.get_dead_letter(other.id, dead.id) is None
+        assert await q.dead_letters.get_dead_letter(q.id, uuid7()) is None
 
     async def test_redriving_one_makes_a_fresh_message_and_removes_the_record(
         self, harness: RepositoryHarness
@@ -1071,21 +1042,21 @@ class RepositoryContract:
         await q.take_messages(visibility=10, max_attempts=1)
         await q.advance(11)
         await q.take(max_attempts=1)
-        (dead,) = await q.dead_letters()
+        (dead,) = await q.dead_letter_records()
         new_id = uuid7()
         audit = AuditEntry.of_dead_letter(AuditAction.DEAD_LETTER_REDRIVEN, q.id, dead.id, CALLER)
 
-        assert await q.repository.redrive_dead_letter(q.id, dead.id, new_id, audit) is True
+        assert await q.dead_letters.redrive_dead_letter(q.id, dead.id, new_id, audit) is True
 
-        assert await q.dead_letters() == []
-        assert await q.repository.get_dead_letter(q.id, dead.id) is None
+        assert await q.dead_letter_records() == []
+        assert await q.dead_letters.get_dead_letter(q.id, dead.id) is None
         (fresh,) = await q.take_messages(visibility=10, max_attempts=1)
         assert (fresh.id, fresh.payload, fresh.priority) == (new_id, "poison", Priority.HIGH)
         assert fresh.delivery_attempts == 1  # attempts started again from 0
         assert fresh.enqueued_at > dead.enqueued_at
         assert await q.ack(fresh) == 1
         # The record is gone: a second redrive finds nothing and writes no audit row.
-        assert await q.repository.redrive_dead_letter(q.id, dead.id, uuid7(), audit) is False
+        assert await q.dead_letters.redrive_dead_letter(q.id, dead.id, uuid7(), audit) is False
         (row, *_) = await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_REDRIVEN)
         assert (row.target_type, row.target_id) == ("dead_letter", str(dead.id))
         assert len(await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_REDRIVEN)) == 1
@@ -1096,7 +1067,7 @@ class RepositoryContract:
         q = await self.scenario(harness, default_message_ttl_seconds=100)
         (dead,) = await self.make_dead_letters(q, "poison")
         audit = audit_of(q.id, AuditAction.DEAD_LETTER_REDRIVEN)
-        assert await q.repository.redrive_dead_letter(q.id, dead.id, uuid7(), audit)
+        assert await q.dead_letters.redrive_dead_letter(q.id, dead.id, uuid7(), audit)
         await q.advance(99)
         assert await q.stored() == 1
         await q.advance(2)
@@ -1110,10 +1081,10 @@ class RepositoryContract:
         (dead,) = await self.make_dead_letters(q, "poison")
         audit = audit_of(other.id, AuditAction.DEAD_LETTER_REDRIVEN)
         assert (
-            await other.repository.redrive_dead_letter(other.id, dead.id, uuid7(), audit) is False
+            await other.dead_letters.redrive_dead_letter(other.id, dead.id, uuid7(), audit) is False
         )
         assert await other.stored() == 0
-        assert len(await q.dead_letters()) == 1
+        assert len(await q.dead_letter_records()) == 1
         assert await self.audit_rows(harness, other.id, AuditAction.DEAD_LETTER_REDRIVEN) == []
 
     async def test_bulk_redrive_takes_the_oldest_first_in_their_order(
@@ -1126,16 +1097,16 @@ class RepositoryContract:
         new_ids = [uuid7() for _ in range(4)]
         audit = audit_of(q.id, AuditAction.DEAD_LETTER_REDRIVEN)
 
-        assert await q.repository.redrive_dead_letters(q.id, new_ids, audit) == 4
+        assert await q.dead_letters.redrive_dead_letters(q.id, new_ids, audit) == 4
 
-        assert [d.payload for d in await q.dead_letters()] == ["e"]
+        assert [d.payload for d in await q.dead_letter_records()] == ["e"]
         delivered = await q.take_messages(10)
         assert [(m.id, m.payload) for m in delivered] == list(
             zip(new_ids, ["a", "b", "c", "d"], strict=True)
         )
         assert all(m.delivery_attempts == 1 for m in delivered)
-        assert await q.repository.redrive_dead_letters(q.id, [uuid7(), uuid7()], audit) == 1
-        assert await q.repository.redrive_dead_letters(q.id, [uuid7()], audit) == 0
+        assert await q.dead_letters.redrive_dead_letters(q.id, [uuid7(), uuid7()], audit) == 1
+        assert await q.dead_letters.redrive_dead_letters(q.id, [uuid7()], audit) == 0
         rows = await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_REDRIVEN)
         assert [r.details["redriven"] for r in rows] == [0, 1, 4]
         assert all(r.target_type == "queue" for r in rows)
@@ -1144,9 +1115,9 @@ class RepositoryContract:
         q = await self.scenario(harness)
         first, second = await self.make_dead_letters(q, "a", "b")
         audit = AuditEntry.of_dead_letter(AuditAction.DEAD_LETTER_DELETED, q.id, first.id, CALLER)
-        assert await q.repository.delete_dead_letter(q.id, first.id, audit) is True
-        assert await q.dead_letters() == [second]
-        assert await q.repository.delete_dead_letter(q.id, first.id, audit) is False
+        assert await q.dead_letters.delete_dead_letter(q.id, first.id, audit) is True
+        assert await q.dead_letter_records() == [second]
+        assert await q.dead_letters.delete_dead_letter(q.id, first.id, audit) is False
         rows = await self.audit_rows(harness, q.id, AuditAction.DEAD_LETTER_DELETED)
         assert [(r.target_type, r.target_id) for r in rows] == [("dead_letter", str(first.id))]
 
@@ -1158,7 +1129,7 @@ class RepositoryContract:
         q = await self.scenario(harness)
         for paused in (True, False, True):
             action = AuditAction.QUEUE_PAUSED if paused else AuditAction.QUEUE_RESUMED
-            await q.repository.set_paused(q.id, paused, audit_of(q.id, action))
+            await q.queues.set_paused(q.id, paused, audit_of(q.id, action))
         everything = await self.audit_rows(harness, q.id)
         assert [r.action for r in everything] == [
             "queue.paused",
@@ -1174,7 +1145,7 @@ class RepositoryContract:
         seen = []
         after = None
         while True:
-            page = await harness.repository.list_audit_records(
+            page = await harness.audit_log.list_audit_records(
                 limit=3, after=after, queue_id=q.id, action=None
             )
             if not page:
@@ -1184,7 +1155,156 @@ class RepositoryContract:
         assert seen == [r.id for r in everything]
         # Unfiltered, this queue's newest row is the whole log's newest (no other test of
         # this adapter instance wrote since).
-        latest = await harness.repository.list_audit_records(
+        latest = await harness.audit_log.list_audit_records(
             limit=1, after=None, queue_id=None, action=None
         )
         assert latest[0].at >= everything[0].at
+
+    # -- state counting (GET /v1/queues/{id} and the collector) ------------------------
+
+    async def test_state_counts_what_time_made_of_the_stored_rows(self, q: Scenario) -> None:
+        await q.send(
+            message("h-expiring", Priority.HIGH, ttl=10),
+            message("h-live", Priority.HIGH),
+            message("l-delayed", Priority.LOW, delay=600),
+        )
+        await q.advance(11)
+        states = {s.priority: s for s in await q.state.read_state(q.id)}
+        high, medium, low = states[Priority.HIGH], states[Priority.MEDIUM], states[Priority.LOW]
+        # The expired message is nobody's to deliver any more (the cleaner's), so not ready.
+        assert (high.ready, high.in_flight, high.delayed) == (1, 0, 0)
+        assert 11 <= high.oldest_ready_age_seconds <= 11 + CLOCK_SLACK.total_seconds()
+        assert (low.ready, low.delayed, low.oldest_ready_age_seconds) == (0, 1, 0)
+        assert (medium.ready, medium.in_flight, medium.delayed, medium.dead_letters) == (0,) * 4
+        assert medium.oldest_ready_age_seconds == medium.oldest_in_flight_age_seconds == 0
+
+    async def test_an_elapsed_lease_counts_ready_while_attempts_remain_then_neither(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness, max_delivery_attempts=2)
+        await q.send(message("a"), message("b"))
+
+        async def medium() -> PriorityState:
+            states = {s.priority: s for s in await q.state.read_state(q.id)}
+            return states[Priority.MEDIUM]
+
+        assert len(await q.take_messages(2, visibility=5, max_attempts=2)) == 2
+        leased = await medium()
+        assert (leased.ready, leased.in_flight) == (0, 2)
+        assert leased.oldest_in_flight_age_seconds <= CLOCK_SLACK.total_seconds()
+        await q.advance(6)
+        elapsed = await medium()  # no write happened: the leases simply ended
+        assert (elapsed.ready, elapsed.in_flight) == (2, 0)
+        assert elapsed.oldest_ready_age_seconds >= 6
+        assert len(await q.take_messages(2, visibility=5, max_attempts=2)) == 2
+        await q.advance(6)
+        exhausted = await medium()  # no attempt left: dead letters at the next dequeue
+        assert (exhausted.ready, exhausted.in_flight, exhausted.dead_letters) == (0, 0, 0)
+        await q.take(max_attempts=2)
+        assert (await medium()).dead_letters == 2
+
+    async def test_the_leader_reads_every_queue_with_all_three_priorities(
+        self, harness: RepositoryHarness
+    ) -> None:
+        busy = await self.scenario(harness)
+        empty = await self.scenario(harness)
+        await busy.send(message("h", Priority.HIGH), message("l", Priority.LOW))
+        session = await harness.leadership.try_acquire()
+        assert session is not None
+        try:
+            assert await harness.leadership.try_acquire() is None  # held: never waits
+            states = await session.read_state()
+        finally:
+            await session.release()
+        ours = [s for s in states if s.queue_id in (busy.id, empty.id)]
+        assert {(s.queue_name, s.priority, s.ready) for s in ours} == {
+            (busy.queue.name, Priority.HIGH, 1),
+            (busy.queue.name, Priority.MEDIUM, 0),
+            (busy.queue.name, Priority.LOW, 1),
+            (empty.queue.name, Priority.HIGH, 0),
+            (empty.queue.name, Priority.MEDIUM, 0),
+            (empty.queue.name, Priority.LOW, 0),
+        }
+
+        # What the collector reads counts like what one queue's reader reads.
+        def counts(states: list[PriorityState]) -> list[tuple[Priority, int, int, int, int]]:
+            return [(s.priority, s.ready, s.in_flight, s.delayed, s.dead_letters) for s in states]
+
+        led = [s for s in ours if s.queue_id == busy.id]
+        assert counts(led) == counts(await busy.state.read_state(busy.id))
+        again = await harness.leadership.try_acquire()
+        assert again is not None  # released: free for the next leader
+        await again.release()
+
+    # -- maintenance (the cleaners' batches) ---------------------------------------------
+    # A batch is global: it also removes what other tests of this adapter left expired,
+    # so each test drains until a batch finds nothing and looks at its own queue only.
+
+    async def expire_all(self, q: Scenario, batch_size: int = 100) -> dict[str, int]:
+        """Run expired-message batches until one removes nothing; this queue's counts."""
+        counts: dict[str, int] = {}
+        for _ in range(100):
+            removed = await q.maintenance.delete_expired_messages(batch_size)
+            assert sum(group.count for group in removed) <= batch_size
+            if not removed:
+                return counts
+            for group in removed:
+                if group.queue_name == q.queue.name:
+                    counts[group.delivery_history] = (
+                        counts.get(group.delivery_history, 0) + group.count
+                    )
+        raise AssertionError("the expired-message batches never ran dry")
+
+    async def test_expired_messages_are_removed_and_counted_by_delivery_history(
+        self, q: Scenario
+    ) -> None:
+        await q.send(*(message(f"never-{i}", ttl=10) for i in range(3)))
+        await q.send(message("leased", Priority.HIGH, ttl=10))
+        await q.send(message("alive", Priority.LOW))
+        assert await q.take_payloads(1, visibility=60) == ["leased"]
+        await q.advance(11)
+        # The leased one stays while its lease runs: its consumer may still acknowledge.
+        assert await self.expire_all(q, batch_size=2) == {"never_delivered": 3}
+        assert await q.stored() == 2
+        await q.advance(60)
+        assert await self.expire_all(q) == {"previously_delivered": 1}
+        assert await q.stored() == 1
+        assert await q.take_payloads(1) == ["alive"]
+
+    async def test_an_unexpired_message_is_never_the_cleaners(self, q: Scenario) -> None:
+        await q.send(message("delayed", ttl=3600, delay=600), message("ready", ttl=3600))
+        await q.advance(700)
+        assert await self.expire_all(q) == {}
+        assert await q.stored() == 2
+
+    async def test_dead_letters_older_than_the_retention_are_purged_in_bounded_batches(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness, max_delivery_attempts=1)
+        await self.make_dead_letters(q, "old-1", "old-2", "old-3")
+        await q.advance(100)
+        await self.make_dead_letters(q, "young")
+        ours = 0
+        for _ in range(100):
+            purged = await q.maintenance.delete_dead_letters_older_than(90, 2)
+            assert sum(group.count for group in purged) <= 2
+            if not purged:
+                break
+            ours += sum(group.count for group in purged if group.queue_name == q.queue.name)
+        assert ours == 3
+        assert [d.payload for d in await q.dead_letter_records()] == ["young"]
+
+    async def test_idempotency_keys_older_than_the_age_are_forgotten(self, q: Scenario) -> None:
+        first = await q.messages.enqueue_idempotent(q.id, message("a"), "old-key", b"fp")
+        await q.advance(100)
+        await q.messages.enqueue_idempotent(q.id, message("b"), "new-key", b"fp")
+        assert await q.harness.idempotency_keys(q.id) == 2
+        for _ in range(100):
+            if not await q.maintenance.delete_idempotency_keys_older_than(90, 10):
+                break
+        assert await q.harness.idempotency_keys(q.id) == 1
+        # The old key is free again: the same key now stores a new message.
+        again = await q.messages.enqueue_idempotent(q.id, message("a2"), "old-key", b"other")
+        assert again.replayed is False and again.id != first.id
+        replay = await q.messages.enqueue_idempotent(q.id, message("b2"), "new-key", b"fp")
+        assert replay.replayed is True

@@ -90,7 +90,7 @@ async def test_eight_consumers_drain_500_messages_each_delivered_exactly_once(
     assert all(m.delivery_attempts == 1 for m in received)
     assert acknowledged == total
     assert await q.stored() == 0
-    assert await q.dead_letters() == []
+    assert await q.dead_letter_records() == []
 
 
 async def test_a_stale_handle_racing_a_redelivery_never_removes_the_newer_delivery(

@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.engine import create_engine
-from retsu.adapters.postgres.repository import PostgresRepository
+from retsu.adapters.postgres.queues import PostgresQueues
 from retsu.adapters.postgres.secrets import PostgresServerSecrets
 from retsu.domain.audit import AuditEntry
 from retsu.domain.errors import QueueNotFound
@@ -30,6 +31,7 @@ from tests.contract.repository_contract import (
     message,
     new_queue,
 )
+from tests.support.postgres import PostgresStorage
 
 pytestmark = pytest.mark.integration
 
@@ -69,13 +71,14 @@ _DEAD_LETTERS = sa.text(
     """
 )
 _STORED = sa.text("SELECT count(*) FROM queue_message WHERE queue_id = :queue_id")
+_KEYS = sa.text("SELECT count(*) FROM idempotency_key WHERE queue_id = :queue_id")
 
 
-class _RecordingRepository(PostgresRepository):
+class _RecordingQueues(PostgresQueues):
     """The adapter under test, noting which queues this test created."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        super().__init__(engine)
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
         self.queue_ids: list[UUID] = []
 
     async def add_queue(self, new: Queue, audit: AuditEntry) -> Queue:
@@ -84,19 +87,19 @@ class _RecordingRepository(PostgresRepository):
         return stored
 
 
-class PostgresHarness:
+class PostgresHarness(PostgresStorage):
     def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.repository = _RecordingRepository(engine)
+        super().__init__(engine)
+        self.queues = _RecordingQueues(self.database)
 
     async def advance(self, seconds: float) -> None:
-        parameters = {"seconds": float(seconds), "queue_ids": self.repository.queue_ids}
+        parameters = {"seconds": float(seconds), "queue_ids": self.queues.queue_ids}
         async with self.engine.begin() as connection:
             await connection.execute(_SHIFT_MESSAGES, parameters)
             await connection.execute(_SHIFT_DEAD_LETTERS, parameters)
             await connection.execute(_SHIFT_IDEMPOTENCY_KEYS, parameters)
 
-    async def dead_letters(self, queue_id: UUID) -> list[DeadLetter]:
+    async def dead_letter_records(self, queue_id: UUID) -> list[DeadLetter]:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(_DEAD_LETTERS, {"queue_id": queue_id})).all()
         return [
@@ -117,6 +120,10 @@ class PostgresHarness:
     async def stored(self, queue_id: UUID) -> int:
         async with self.engine.connect() as connection:
             return int((await connection.execute(_STORED, {"queue_id": queue_id})).scalar_one())
+
+    async def idempotency_keys(self, queue_id: UUID) -> int:
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(_KEYS, {"queue_id": queue_id})).scalar_one())
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +158,7 @@ async def _rollup_rows(engine: AsyncEngine, queue_id: UUID) -> int:
 
 async def test_racing_idempotent_enqueues_store_exactly_one_message(engine: AsyncEngine) -> None:
     harness = PostgresHarness(engine)
-    repository = harness.repository
+    repository = harness.messages
     queue = await add(harness, new_queue())
     attempts = [message("raced") for _ in range(20)]
     results = await asyncio.gather(
@@ -166,9 +173,9 @@ async def test_racing_idempotent_enqueues_store_exactly_one_message(engine: Asyn
 async def test_deleting_a_queue_removes_its_state_counters(engine: AsyncEngine) -> None:
     harness = PostgresHarness(engine)
     queue = await add(harness, new_queue())
-    await harness.repository.enqueue(queue.id, [message("a"), message("b", Priority.HIGH)])
+    await harness.messages.enqueue(queue.id, [message("a"), message("b", Priority.HIGH)])
     assert await _rollup_rows(engine, queue.id) > 0
-    assert await harness.repository.delete_queue(queue.id, audit_of(queue.id))
+    assert await harness.queues.delete_queue(queue.id, audit_of(queue.id))
     assert await _rollup_rows(engine, queue.id) == 0
 
 
@@ -178,7 +185,7 @@ async def test_a_queue_deleted_under_dequeues_and_enqueues_goes_cleanly(
     """Deletion yields to message traffic: no consumer or producer call fails with
     anything but QueueNotFound, and no counter or row is left behind."""
     harness = PostgresHarness(engine)
-    repository = harness.repository
+    repository = harness.messages
     queue = await add(harness, new_queue())
     await repository.enqueue(queue.id, [message(str(i)) for i in range(200)])
     await repository.dequeue(
@@ -209,17 +216,17 @@ async def test_a_queue_deleted_under_dequeues_and_enqueues_goes_cleanly(
 
     workers = [asyncio.create_task(traffic(k)) for k in ("dequeue", "dequeue", "enqueue")]
     await asyncio.sleep(0.05)
-    assert await repository.delete_queue(queue.id, audit_of(queue.id))
+    assert await harness.queues.delete_queue(queue.id, audit_of(queue.id))
     stop.set()
     await asyncio.gather(*workers)  # any other error fails the test
     assert await harness.stored(queue.id) == 0
-    assert await harness.dead_letters(queue.id) == []
+    assert await harness.dead_letter_records(queue.id) == []
     assert await _rollup_rows(engine, queue.id) == 0
 
 
 async def test_the_cursor_key_is_the_one_migrate_stored(engine: AsyncEngine) -> None:
-    first = PostgresServerSecrets(engine)
-    second = PostgresServerSecrets(engine)
+    first = PostgresServerSecrets(Database(engine))
+    second = PostgresServerSecrets(Database(engine))
     key = await first.cursor_signing_key()
     assert len(key) == 32
     assert await second.cursor_signing_key() == key

@@ -30,8 +30,8 @@ from redis.asyncio import Redis
 from retsu.adapters.cache.local import LocalQueueNames
 from retsu.adapters.cache.metrics import LOAD_NOT_FOUND, LOAD_SUCCESS, QUEUE_DETAILS
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
-from retsu.adapters.redis.client import create_redis_client
-from retsu.adapters.redis.queue_details import (
+from retsu.adapters.cache.redis_client import create_redis_client
+from retsu.adapters.cache.shared import (
     KEY_PREFIX,
     NEGATIVE_ENTRY,
     RedisQueueDetails,
@@ -377,8 +377,8 @@ _LOOKUP_PROCESS = r"""
 import asyncio, json, sys, time, uuid
 from datetime import UTC, datetime
 
-from retsu.adapters.redis.client import create_redis_client
-from retsu.adapters.redis.queue_details import RedisQueueDetails
+from retsu.adapters.cache.redis_client import create_redis_client
+from retsu.adapters.cache.shared import RedisQueueDetails
 from retsu.domain.errors import QueueNotFound
 from retsu.domain.queue import Queue, QueueSettings
 

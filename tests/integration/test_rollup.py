@@ -25,13 +25,14 @@ from alembic import command
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.errors import sqlstate
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.migrations import alembic_config
-from retsu.adapters.postgres.repository import PostgresRepository
 from retsu.domain.message import MessageToStore, Priority, Receipt
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import PostgresStorage
 from tests.support.services import PostgresServer
 from tests.support.timeshift import advance_database_clock, plain_url
 
@@ -140,8 +141,8 @@ class Workload:
     """Random queue traffic through the real repository and cleaner."""
 
     def __init__(self, engine: AsyncEngine, queues: dict[UUID, int], rng: random.Random) -> None:
-        self.repository = PostgresRepository(engine)
-        self.maintenance = PostgresMaintenance(engine)
+        self.repository = PostgresStorage(engine)
+        self.maintenance = PostgresMaintenance(Database(engine))
         self.queues = queues  # id -> max delivery attempts
         self.rng = rng
         self.ops: Counter[str] = Counter()
@@ -164,14 +165,16 @@ class Workload:
         queue_id = self.rng.choice(list(self.queues))
         n = self.rng.choice((1, 1, 2, 5, 20))
         messages = [self._message() for _ in range(n)]
-        await self._deadlock_tolerant("enqueue", self.repository.enqueue(queue_id, messages))
+        await self._deadlock_tolerant(
+            "enqueue", self.repository.messages.enqueue(queue_id, messages)
+        )
         self.ops["batch enqueue" if n > 1 else "enqueue"] += 1
 
     async def dequeue_and_maybe_ack(self) -> None:
         queue_id = self.rng.choice(list(self.queues))
         result = await self._deadlock_tolerant(
             "dequeue",
-            self.repository.dequeue(
+            self.repository.messages.dequeue(
                 queue_id,
                 limit=self.rng.choice((1, 3, 10)),
                 visibility_timeout_seconds=self.rng.choice((5, 5, 60)),
@@ -188,7 +191,7 @@ class Workload:
         if acked:
             receipts = [Receipt(m.id, m.receipt_handle) for m in acked]
             removed = await self._deadlock_tolerant(
-                "acknowledge", self.repository.acknowledge(queue_id, receipts)
+                "acknowledge", self.repository.messages.acknowledge(queue_id, receipts)
             )
             self.ops["acknowledged"] += removed or 0
 
@@ -262,11 +265,13 @@ async def test_a_retry_only_reclaim_writes_no_rollup_row(
     scratch_url: str, engine: AsyncEngine
 ) -> None:
     queue_id = await insert_queue(engine, "retry", max_attempts=3)
-    repository = PostgresRepository(engine)
-    await repository.enqueue(queue_id, [MessageToStore(uuid.uuid4(), "x", Priority.HIGH, 600, 0)])
+    repository = PostgresStorage(engine)
+    await repository.messages.enqueue(
+        queue_id, [MessageToStore(uuid.uuid4(), "x", Priority.HIGH, 600, 0)]
+    )
 
     async def dequeue() -> int:
-        result = await repository.dequeue(
+        result = await repository.messages.dequeue(
             queue_id,
             limit=1,
             visibility_timeout_seconds=5,
@@ -296,9 +301,11 @@ async def test_a_counter_that_would_go_negative_fails_the_transaction(
     scratch_url: str, engine: AsyncEngine
 ) -> None:
     queue_id = await insert_queue(engine, "negative")
-    repository = PostgresRepository(engine)
+    repository = PostgresStorage(engine)
     ids = [uuid.uuid4(), uuid.uuid4()]
-    await repository.enqueue(queue_id, [MessageToStore(i, "x", Priority.LOW, 600, 0) for i in ids])
+    await repository.messages.enqueue(
+        queue_id, [MessageToStore(i, "x", Priority.LOW, 600, 0) for i in ids]
+    )
     connection = await asyncpg.connect(plain_url(scratch_url))
     try:
         shard_of = f"SELECT {SHARD} FROM queue_message WHERE id = $1"
@@ -391,11 +398,11 @@ async def test_migration_0002_backfills_rows_stored_before_it(
         # And from here on the triggers keep it exact.
         engine = create_engine(url, max_connections=2)
         try:
-            repository = PostgresRepository(engine)
-            await repository.enqueue(
+            repository = PostgresStorage(engine)
+            await repository.messages.enqueue(
                 queues[0], [MessageToStore(uuid.uuid4(), "x", Priority.HIGH, 60, 0)]
             )
-            result = await repository.dequeue(
+            result = await repository.messages.dequeue(
                 queues[1],
                 limit=10,
                 visibility_timeout_seconds=30,
@@ -416,14 +423,14 @@ async def test_concurrent_dequeues_that_dead_letter_never_fail_with_a_deadlock(
     scratch_url: str, engine: AsyncEngine
 ) -> None:
     queue_id = await insert_queue(engine, "contended", max_attempts=1)
-    repository = PostgresRepository(engine)
+    repository = PostgresStorage(engine)
 
     def messages(n: int) -> list[MessageToStore]:
         return [MessageToStore(uuid.uuid4(), "x", Priority(1 + i % 3), 600, 0) for i in range(n)]
 
-    await repository.enqueue(queue_id, messages(600))
+    await repository.messages.enqueue(queue_id, messages(600))
     for _ in range(6):
-        await repository.dequeue(
+        await repository.messages.dequeue(
             queue_id,
             limit=100,
             visibility_timeout_seconds=1,
@@ -431,14 +438,14 @@ async def test_concurrent_dequeues_that_dead_letter_never_fail_with_a_deadlock(
             dead_letter_batch_size=100,
         )
     await advance_database_clock(scratch_url, 2)  # 600 exhausted leases to dead-letter
-    await repository.enqueue(queue_id, messages(300))
+    await repository.messages.enqueue(queue_id, messages(300))
     failures: Counter[str] = Counter()
     failed = asyncio.Event()  # the first failure ends the run: each deadlock costs 1 s
 
     async def consumer() -> None:
         while not failed.is_set():
             try:
-                result = await repository.dequeue(
+                result = await repository.messages.dequeue(
                     queue_id,
                     limit=3,
                     visibility_timeout_seconds=600,

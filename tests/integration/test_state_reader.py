@@ -19,14 +19,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
-from retsu.adapters.postgres.repository import PostgresRepository
 from retsu.adapters.postgres.state import ALL_QUEUES, ONE_QUEUE, read_all_queues, read_queue
 from retsu.application.clean_expired_messages import CleanExpiredMessages
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.state import PriorityState
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import PostgresStorage
 from tests.support.services import PostgresServer
 from tests.support.timeshift import advance_database_clock, plain_url
 from tests.unit.test_state_rules import (
@@ -78,7 +79,7 @@ class PostgresDriver:
     def __init__(self, url: str, engine: AsyncEngine) -> None:
         self.url = url
         self.engine = engine
-        self.repository = PostgresRepository(engine)
+        self.repository = PostgresStorage(engine)
 
     async def add_queue(self, name: str, *, max_attempts: int) -> UUID:
         return await insert_queue(self.engine, name, max_attempts=max_attempts)
@@ -86,7 +87,7 @@ class PostgresDriver:
     async def send(
         self, queue_id: UUID, priority: Priority, *, ttl: int, delay: int = 0, n: int = 1
     ) -> None:
-        await self.repository.enqueue(
+        await self.repository.messages.enqueue(
             queue_id,
             [MessageToStore(uuid.uuid4(), "x", priority, ttl, delay) for _ in range(n)],
         )
@@ -94,7 +95,7 @@ class PostgresDriver:
     async def receive(
         self, queue_id: UUID, *, n: int, visibility: int, max_attempts: int
     ) -> tuple[int, int]:
-        result = await self.repository.dequeue(
+        result = await self.repository.messages.dequeue(
             queue_id,
             limit=n,
             visibility_timeout_seconds=visibility,
@@ -145,7 +146,7 @@ async def test_the_postgres_reader_counts_exactly_like_the_memory_rules(
     assert_counts(as_counts(await d.read_state()), SECOND_ACT, age_tolerance=AGE_TOLERANCE_SECONDS)
 
     # The cleaner removes only messages that already counted in none.
-    cleaned = await CleanExpiredMessages(PostgresMaintenance(engine), NoEvents())(500)
+    cleaned = await CleanExpiredMessages(PostgresMaintenance(Database(engine)), NoEvents())(500)
     assert cleaned.removed == 3
     assert_counts(as_counts(await d.read_state()), SECOND_ACT, age_tolerance=AGE_TOLERANCE_SECONDS)
 

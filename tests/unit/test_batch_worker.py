@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from retsu.adapters.memory.sleeper import FakeSleeper
 from retsu.adapters.system import StopAwareSleeper
 from retsu.application.batch_worker import BatchResult, BatchSchedule, BatchWorker
+from retsu.domain.errors import Busy, DatabaseUnavailable
+from tests.support.memory.sleeper import FakeSleeper
 
 SCHEDULE = BatchSchedule(batch_size=10, interval_seconds=60, saturated_batch_delay_seconds=0.05)
 
@@ -97,14 +98,38 @@ async def test_a_worker_that_is_already_stopping_runs_no_batch() -> None:
     assert batches.calls == []
 
 
-async def test_a_failed_batch_propagates_so_the_process_exits_non_zero() -> None:
+async def test_a_batch_failing_for_another_reason_propagates_so_the_process_exits_non_zero() -> (
+    None
+):
     async def run_batch(batch_size: int) -> BatchResult:
-        raise ConnectionError("database gone")
+        raise RuntimeError("a bug")
 
     sleeper = FakeSleeper()
-    with pytest.raises(ConnectionError):
+    with pytest.raises(RuntimeError):
         await BatchWorker("cleaner", run_batch, SCHEDULE, sleeper).run()
     assert sleeper.sleeps == []
+
+
+@pytest.mark.parametrize("unavailable", [DatabaseUnavailable(), Busy()])
+async def test_a_batch_the_database_could_not_serve_is_tried_again_after_one_interval(
+    unavailable: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    script: list[Exception | int] = [unavailable, unavailable, 10, 3]
+
+    async def run_batch(batch_size: int) -> BatchResult:
+        step = script.pop(0) if script else 0
+        if isinstance(step, Exception):
+            raise step
+        return BatchResult.of(step, batch_size)
+
+    sleeper = FakeSleeper(stop_after=4)
+    worker = BatchWorker("cleaner", run_batch, SCHEDULE, sleeper)
+    await worker.run()
+    # The database restarting: two failed batches, each followed by one interval; then
+    # the backlog goes as usual.
+    assert sleeper.sleeps == [60, 60, 0.05, 60]
+    assert (worker.failed_batches, worker.batches, worker.removed) == (2, 2, 13)
+    assert caplog.text.count("batch failed") == 2
 
 
 def test_a_schedule_rejects_nonsense() -> None:

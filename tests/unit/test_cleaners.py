@@ -8,9 +8,6 @@ from uuid import UUID
 
 import pytest
 
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.repository import InMemoryRepository
-from retsu.adapters.memory.sleeper import FakeSleeper
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.batch_worker import BatchSchedule, BatchWorker
 from retsu.application.clean_dead_letters import CleanDeadLetters
@@ -23,6 +20,9 @@ from retsu.domain.maintenance import (
 )
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.queue import Queue, QueueSettings
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.repository import InMemoryRepository
+from tests.support.memory.sleeper import FakeSleeper
 
 RETENTION = 3600
 

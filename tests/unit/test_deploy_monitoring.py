@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from retsu.adapters.memory.clock import FakeClock
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
 from retsu.domain.state import StateSnapshot
+from tests.support.memory.clock import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "retsu-dashboard.json"

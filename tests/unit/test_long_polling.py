@@ -1,9 +1,10 @@
 """Long polling on the memory adapters: virtual time, fake signals, nobody sleeps.
 
 ``FakeMessageSignals`` ends an unsignalled wait only when the test moves time with
-``advance()``; ``SignallingRepository`` announces a queue after each committed change
-that can make a message deliverable, as the PostgreSQL wiring does (there the
-announcement also goes out as a NOTIFY to the other API processes).
+``advance()``; the announcing decorators (``retsu.adapters.announcing``) announce a
+queue after each committed change that can make a message deliverable, as the
+PostgreSQL wiring does (there the announcement also goes out as a NOTIFY to the other
+API processes).
 """
 
 from __future__ import annotations
@@ -15,15 +16,8 @@ from uuid import UUID
 
 import pytest
 
+from retsu.adapters.announcing import AnnouncingDeadLetters, AnnouncingMessages
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.events import RecordingQueueEvents
-from retsu.adapters.memory.notifications import (
-    MESSAGE_EVENTS,
-    FakeMessageSignals,
-    SignallingRepository,
-)
-from retsu.adapters.memory.repository import InMemoryRepository
 from retsu.adapters.postgres.notifications import PostgresMessageSignals
 from retsu.adapters.system import Uuid7Generator
 from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
@@ -31,6 +25,7 @@ from retsu.application.create_queue import CreateQueue, CreateQueueCommand
 from retsu.application.dequeue import RECHECK_SECONDS, Dequeue, DequeueCommand
 from retsu.application.enqueue import Enqueue, EnqueueCommand
 from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
+from retsu.domain.audit import AuditAction, AuditEntry, Caller
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.message import (
     DeliveredMessage,
@@ -41,6 +36,11 @@ from retsu.domain.message import (
     Receipt,
 )
 from retsu.domain.queue import Queue
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.events import RecordingQueueEvents
+from tests.support.memory.repository import InMemoryRepository
+from tests.support.memory.signals import FakeMessageSignals
+from tests.support.memory.storage import AnnouncingMemoryRepository, AnnouncingQueues
 
 
 class CountingRepository:
@@ -68,9 +68,8 @@ class World:
     def __init__(self) -> None:
         self.clock = FakeClock()
         self.signals = FakeMessageSignals(self.clock)
-        self.memory = InMemoryRepository(self.clock)
-        signalling = SignallingRepository(self.memory, self.signals)
-        self.repository = CountingRepository(signalling)
+        self.memory = AnnouncingMemoryRepository(self.clock, self.signals)
+        self.repository = CountingRepository(self.memory)
         details = RepositoryQueueDetails(self.repository)
         names = DetailsQueueNames(details)
         ids = Uuid7Generator()
@@ -392,6 +391,9 @@ async def test_a_cancelled_poll_unregisters(world: World) -> None:
 # -- what gets announced ----------------------------------------------------------
 
 
+CALLER = Caller(actor="test-operator", request_id="test-request")
+
+
 class RecordingAnnouncer:
     def __init__(self) -> None:
         self.announced: list[UUID] = []
@@ -404,24 +406,25 @@ class RecordingAnnouncer:
 async def test_only_changes_that_can_make_a_message_deliverable_are_announced() -> None:
     clock = FakeClock()
     announcer = RecordingAnnouncer()
-    repository = SignallingRepository(InMemoryRepository(clock), announcer)
-    details = RepositoryQueueDetails(repository)
+    memory = InMemoryRepository(clock)
+    messages = AnnouncingMessages(memory, announcer)
+    details = RepositoryQueueDetails(memory)
     names = DetailsQueueNames(details)
-    create = CreateQueue(repository, details, names, Uuid7Generator(), clock)
+    create = CreateQueue(memory, details, names, Uuid7Generator(), clock)
     queue = await create(CreateQueueCommand(name="orders"))
     assert announcer.announced == [], "creating a queue makes nothing deliverable"
 
     def stored(payload: str) -> MessageToStore:
         return MessageToStore(uuid.uuid4(), payload, Priority.LOW, 60, 0)
 
-    await repository.enqueue(queue.id, [stored("a")])
+    await messages.enqueue(queue.id, [stored("a")])
     assert announcer.announced == [queue.id]
-    first = await repository.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
-    again = await repository.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
+    first = await messages.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
+    again = await messages.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
     assert again.replayed and again.id == first.id
     assert announcer.announced == [queue.id] * 2, "a replay stores nothing new"
 
-    result = await repository.dequeue(
+    result = await messages.dequeue(
         queue.id,
         limit=1,
         visibility_timeout_seconds=30,
@@ -429,38 +432,78 @@ async def test_only_changes_that_can_make_a_message_deliverable_are_announced() 
         dead_letter_batch_size=10,
     )
     receipt = Receipt(result.messages[0].id, result.messages[0].receipt_handle)
-    assert await repository.change_visibility(queue.id, receipt, 60)
+    assert await messages.change_visibility(queue.id, receipt, 60)
     assert announcer.announced == [queue.id] * 2, "a longer lease makes nothing deliverable"
-    assert await repository.change_visibility(queue.id, receipt, 0)
+    assert await messages.change_visibility(queue.id, receipt, 0)
     assert announcer.announced == [queue.id] * 3, "a released lease does"
-    assert not await repository.change_visibility(queue.id, receipt, 0)
+    assert not await messages.change_visibility(queue.id, receipt, 0)
     assert announcer.announced == [queue.id] * 3, "a stale receipt changed nothing"
+    assert announcer.queue_changes == []
+
+
+async def test_a_redrive_is_announced_only_when_something_moved() -> None:
+    clock = FakeClock()
+    announcer = RecordingAnnouncer()
+    memory = InMemoryRepository(clock)
+    dead_letters = AnnouncingDeadLetters(memory, announcer)
+    details = RepositoryQueueDetails(memory)
+    queue = await CreateQueue(memory, details, DetailsQueueNames(details), Uuid7Generator(), clock)(
+        CreateQueueCommand(name="orders")
+    )
+    audit = AuditEntry.of_queue(AuditAction.DEAD_LETTER_REDRIVEN, queue.id, CALLER)
+    assert await dead_letters.redrive_dead_letters(queue.id, [uuid.uuid4()], audit) == 0
+    assert not await dead_letters.redrive_dead_letter(queue.id, uuid.uuid4(), uuid.uuid4(), audit)
+    assert announcer.announced == []
+    message = MessageToStore(uuid.uuid4(), "poison", Priority.LOW, 3600, 0)
+    await memory.enqueue(queue.id, [message])
+    await memory.dequeue(
+        queue.id,
+        limit=1,
+        visibility_timeout_seconds=1,
+        max_delivery_attempts=1,
+        dead_letter_batch_size=10,
+    )
+    clock.advance(2)
+    result = await memory.dequeue(
+        queue.id,
+        limit=1,
+        visibility_timeout_seconds=1,
+        max_delivery_attempts=1,
+        dead_letter_batch_size=10,
+    )
+    assert result.dead_lettered == 1
+    assert await dead_letters.redrive_dead_letters(queue.id, [uuid.uuid4()], audit) == 1
+    assert announcer.announced == [queue.id]
 
 
 async def test_the_postgres_wiring_leaves_queue_changes_to_the_database_trigger() -> None:
+    """The production decorators wrap the message and dead-letter ports only: a pause or
+    a resume goes through the queue port, which PostgreSQL's trigger announces."""
     clock = FakeClock()
     announcer = RecordingAnnouncer()
-    repository = SignallingRepository(InMemoryRepository(clock), announcer, MESSAGE_EVENTS)
-    details = RepositoryQueueDetails(repository)
+    memory = InMemoryRepository(clock)
+    messages = AnnouncingMessages(memory, announcer)
+    details = RepositoryQueueDetails(memory)
     names = DetailsQueueNames(details)
-    queue = await CreateQueue(repository, details, names, Uuid7Generator(), clock)(
+    queue = await CreateQueue(memory, details, names, Uuid7Generator(), clock)(
         CreateQueueCommand(name="orders")
     )
-    await PauseQueue(repository, details, names)(PauseQueueCommand(queue.id))
-    await ResumeQueue(repository, details, names)(PauseQueueCommand(queue.id))
+    await PauseQueue(memory, details, names)(PauseQueueCommand(queue.id))
+    await ResumeQueue(memory, details, names)(PauseQueueCommand(queue.id))
+    assert await messages.acknowledge(queue.id, []) == 0
     assert announcer.announced == announcer.queue_changes == []  # the trigger notifies these
 
 
 async def test_over_the_memory_repository_queue_changes_are_announced_as_such() -> None:
     clock = FakeClock()
     announcer = RecordingAnnouncer()
-    repository = SignallingRepository(InMemoryRepository(clock), announcer)
-    details = RepositoryQueueDetails(repository)
+    queues = AnnouncingQueues(InMemoryRepository(clock), announcer)
+    details = RepositoryQueueDetails(queues)
     names = DetailsQueueNames(details)
-    queue = await CreateQueue(repository, details, names, Uuid7Generator(), clock)(
+    queue = await CreateQueue(queues, details, names, Uuid7Generator(), clock)(
         CreateQueueCommand(name="orders")
     )
-    await ResumeQueue(repository, details, names)(PauseQueueCommand(queue.id))
+    await ResumeQueue(queues, details, names)(PauseQueueCommand(queue.id))
     assert announcer.queue_changes == [queue.id] and announcer.announced == []
 
 

@@ -1,4 +1,4 @@
-"""The repository contract on the in-memory adapter, with a fake clock."""
+"""The storage contract on the in-memory adapter, with a fake clock."""
 
 from __future__ import annotations
 
@@ -6,25 +6,33 @@ from uuid import UUID
 
 import pytest
 
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.repository import InMemoryRepository
 from retsu.domain.message import DeadLetter
 from tests.contract.repository_contract import RepositoryContract
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
+from tests.support.memory.repository import InMemoryRepository
 
 
 class MemoryHarness:
     def __init__(self) -> None:
         self.clock = FakeClock()
         self.repository = InMemoryRepository(self.clock)
+        # One object serves every port.
+        self.queues = self.messages = self.dead_letters = self.repository
+        self.audit_log = self.state = self.maintenance = self.repository
+        self.leadership = InMemoryLeadership(InMemoryLock(), self.repository)
 
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
-    async def dead_letters(self, queue_id: UUID) -> list[DeadLetter]:
+    async def dead_letter_records(self, queue_id: UUID) -> list[DeadLetter]:
         return self.repository.dead_letters_of(queue_id)
 
     async def stored(self, queue_id: UUID) -> int:
         return self.repository.message_count(queue_id)
+
+    async def idempotency_keys(self, queue_id: UUID) -> int:
+        return self.repository.idempotency_key_count(queue_id)
 
 
 class TestInMemoryRepository(RepositoryContract):

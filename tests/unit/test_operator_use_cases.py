@@ -12,10 +12,6 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.events import RecordingQueueEvents
-from retsu.adapters.memory.repository import InMemoryRepository
-from retsu.adapters.memory.secrets import RandomServerSecrets
 from retsu.adapters.system import Uuid7Generator
 from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
 from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
@@ -49,6 +45,10 @@ from retsu.domain.errors import (
 )
 from retsu.domain.message import DeliveredMessage, NewMessage, Receipt
 from retsu.domain.queue import Queue
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.events import RecordingQueueEvents
+from tests.support.memory.repository import InMemoryRepository
+from tests.support.memory.secrets import RandomServerSecrets
 
 ALICE = Caller(actor="alice", request_id="req-1")
 

@@ -18,7 +18,7 @@ from retsu.adapters.cache.closing import close_layers
 from retsu.adapters.cache.local import LocalQueueNames
 from retsu.adapters.cache.logs import describe_error
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
-from retsu.adapters.redis.queue_details import (
+from retsu.adapters.cache.shared import (
     NEGATIVE_ENTRY,
     RedisQueueDetails,
     decode_entry,

@@ -9,17 +9,22 @@ from datetime import timedelta
 
 import pytest
 
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.leadership import InMemoryLeadership, InMemoryLock
-from retsu.adapters.memory.repository import InMemoryRepository
-from retsu.adapters.memory.sleeper import FakeSleeper
 from retsu.adapters.telemetry.metrics import OVERFLOW_LABEL, Metrics
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
 from retsu.domain.audit import AuditAction, AuditEntry, Caller
+from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.queue import Queue, QueueSettings
 from retsu.domain.state import PriorityState, StateSnapshot
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.leadership import (
+    InMemoryLeaderSession,
+    InMemoryLeadership,
+    InMemoryLock,
+)
+from tests.support.memory.repository import InMemoryRepository
+from tests.support.memory.sleeper import FakeSleeper
 
 SCHEDULE = CollectorSchedule(collection_interval_seconds=15, leadership_retry_interval_seconds=20)
 
@@ -143,15 +148,17 @@ async def test_a_stop_during_leadership_releases_the_session(world: World) -> No
     assert world.lock.holder is None
 
 
-async def test_a_failed_read_raises_and_releases_leadership(world: World) -> None:
+async def test_a_refresh_failing_on_a_live_session_raises_and_releases_leadership(
+    world: World,
+) -> None:
     collector, leadership, snapshots, sleeper = world.collector()
 
-    def session_dies(_: float) -> None:
-        leadership.sessions[0].broken = True  # the database session is gone
+    def query_fails(_: float) -> None:
+        leadership.sessions[0].failing = True  # the session is there; its query fails
 
-    sleeper.on_sleep = session_dies
+    sleeper.on_sleep = query_fails
 
-    with pytest.raises(ConnectionError):
+    with pytest.raises(RuntimeError):
         await collector.run()
 
     assert collector.refreshes == 1
@@ -163,19 +170,72 @@ async def test_a_failed_read_raises_and_releases_leadership(world: World) -> Non
     assert not collector.is_leader
 
 
+async def test_a_lost_session_ends_leadership_and_the_collector_competes_again(
+    world: World,
+) -> None:
+    collector, leadership, snapshots, sleeper = world.collector(stop_after=4)
+
+    def session_dies(_: float) -> None:
+        if len(sleeper.sleeps) == 1:
+            leadership.sessions[0].broken = True  # killed, or the database restarted
+
+    sleeper.on_sleep = session_dies
+
+    await collector.run()  # no exception: the process keeps running
+
+    assert collector.leaderships_lost == 1
+    # Lead, lose it (gauges withdrawn), wait the retry interval, lead again.
+    assert sleeper.sleeps == [15, 20, 15, 15]
+    assert snapshots.events == [
+        "leadership",
+        "publish",
+        "released",
+        "leadership",
+        "publish",
+        "publish",
+        "released",
+    ]
+    assert snapshots.outcomes == ["success", "failure", "success", "success"]
+    assert [session.released for session in leadership.sessions] == [True, True]
+
+
+async def test_competing_while_the_database_is_unreachable_is_retried_at_the_retry_interval(
+    world: World,
+) -> None:
+    class Restarting:
+        def __init__(self) -> None:
+            self.attempts = 0
+            self.leadership = InMemoryLeadership(world.lock, world.repository)
+
+        async def try_acquire(self) -> InMemoryLeaderSession | None:
+            self.attempts += 1
+            if self.attempts <= 2:
+                raise DatabaseUnavailable()
+            return await self.leadership.try_acquire()
+
+    snapshots = RecordingSnapshots()
+    sleeper = FakeSleeper(stop_after=3)
+    collector = StateMetricsCollector(Restarting(), snapshots, world.clock, sleeper, SCHEDULE)
+
+    await collector.run()
+
+    assert sleeper.sleeps == [20, 20, 15]
+    assert snapshots.events == ["leadership", "publish", "released"]
+
+
 async def test_a_failing_release_does_not_hide_the_refresh_error(world: World) -> None:
     collector, leadership, _, sleeper = world.collector()
 
     async def release_fails() -> None:
         raise OSError("connection already closed")
 
-    def session_dies(_: float) -> None:
+    def query_fails(_: float) -> None:
         session = leadership.sessions[0]
-        session.broken = True
+        session.failing = True
         session.release = release_fails  # type: ignore[method-assign]
 
-    sleeper.on_sleep = session_dies
-    with pytest.raises(ConnectionError):
+    sleeper.on_sleep = query_fails
+    with pytest.raises(RuntimeError):
         await collector.run()
 
 

@@ -18,13 +18,13 @@ from uuid import UUID
 
 import pytest
 
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.repository import InMemoryRepository
 from retsu.application.clean_expired_messages import CleanExpiredMessages
 from retsu.domain.audit import AuditAction, AuditEntry, Caller
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.queue import Queue, QueueSettings
 from retsu.domain.state import PriorityState, QueueStats
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.repository import InMemoryRepository
 
 H, M, L = Priority.HIGH, Priority.MEDIUM, Priority.LOW
 

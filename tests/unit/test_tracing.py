@@ -1,5 +1,8 @@
 """Traces (SPEC §7) and database telemetry over the ASGI app on the in-memory adapters.
 
+The app is the API container's, with its storage swapped for the memory storage
+container (the same ports behind the same telemetry decorators as production).
+
 Spans go to an in-memory exporter: one SERVER span per request named after the route
 template, a CLIENT span per repository operation as its child, the caller's
 ``traceparent`` honoured, nothing for ``/metrics``; with tracing off nothing is added.
@@ -15,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
+from dependency_injector import providers
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -29,23 +33,25 @@ from retsu.adapters.http.middleware import (
     RequestIdMiddleware,
     TracingMiddleware,
 )
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.repository import InMemoryRepository
+from retsu.adapters.ids import uuid7
 from retsu.adapters.telemetry.instrumented import (
     Instrumentation,
     InstrumentedLeadership,
-    async_method_names,
-    instrument,
+    InstrumentedMessages,
 )
 from retsu.adapters.telemetry.logging import configure_logging
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.adapters.telemetry.tracing import Tracing, create_tracing, new_tracer_provider
-from retsu.domain.errors import QueueAlreadyExists
-from retsu.domain.message import MessageToStore
+from retsu.domain.errors import DatabaseUnavailable, QueueAlreadyExists
+from retsu.domain.message import DequeueResult, MessageToStore, Priority, Receipt
+from retsu.entrypoints.containers import ApiContainer
+from retsu.entrypoints.settings import build_settings
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.repository import InMemoryRepository
+from tests.support.memory.storage import MemoryStorageContainer
 
-# The HTTP tests' app wiring (services over the memory repository); this module only
-# swaps in an instrumented repository and a tracer.
-from tests.unit.http.conftest import clock, metrics, services  # noqa: F401
+# The HTTP tests' services (for the layering tests only).
+from tests.unit.http.conftest import clock, metrics, repository, services  # noqa: F401
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN_ID = "00f067aa0ba902b7"
@@ -84,18 +90,33 @@ def repository_class() -> type[InMemoryRepository]:
 
 
 @pytest.fixture
-def repository(
+def container(
     clock: FakeClock,  # noqa: F811
-    instrumentation: Instrumentation,
+    metrics: Metrics,  # noqa: F811
+    tracing: Tracing,
     repository_class: type[InMemoryRepository],
-) -> InMemoryRepository:
-    """The memory repository behind the telemetry decorator, as containers.py wires it."""
-    return instrument(repository_class(clock), instrumentation)
+) -> Iterator[ApiContainer]:
+    """The API container, its storage overridden with the memory storage container."""
+    settings = build_settings(
+        {
+            "database": {"url": "postgresql://retsu@127.0.0.1:1/unused"},
+            "cache": {"distributed": {"enabled": False}, "in_memory": {"enabled": False}},
+        }
+    )
+    container = ApiContainer(settings=settings)
+    container.core.metrics.override(providers.Object(metrics))
+    container.core.tracing.override(providers.Object(tracing))
+    storage = MemoryStorageContainer(
+        database=repository_class(clock), instrumentation=container.core.instrumentation
+    )
+    container.storage.override(storage)
+    yield container
+    container.unwire()
 
 
 @pytest.fixture
-def app(services: ApiServices, tracing: Tracing) -> Litestar:  # noqa: F811
-    return create_app(services, tracer=tracing.tracer)
+def app(container: ApiContainer) -> Litestar:
+    return container.app()
 
 
 @pytest.fixture
@@ -308,24 +329,35 @@ def test_with_tracing_on_the_layers_are_request_id_span_metrics(
     assert layers[:3] == [RequestIdMiddleware, TracingMiddleware, HttpMetricsMiddleware]
 
 
-class _Port:
+class _Messages:
+    """A message port whose enqueue answers according to the first payload."""
+
     def __init__(self) -> None:
-        self.calls = 0
-        self.plain = "kept"
+        self.calls: list[tuple[Any, ...]] = []
 
-    async def fetch(self, value: int) -> int:
-        self.calls += 1
-        if value < 0:
+    async def enqueue(self, queue_id: Any, messages: Sequence[MessageToStore]) -> None:
+        self.calls.append(("enqueue", queue_id, list(messages)))
+        outcome = messages[0].payload
+        if outcome == "taken":
             raise QueueAlreadyExists("taken")
-        if value == 0:
+        if outcome == "gone":
             raise ConnectionResetError("gone")
-        return value * 2
+        if outcome == "down":
+            raise DatabaseUnavailable()
 
-    async def _private(self) -> None:
-        return None
+    async def dequeue(self, queue_id: Any, **options: int) -> DequeueResult:
+        self.calls.append(("dequeue", queue_id, options))
+        return DequeueResult(messages=[], dead_lettered=0)
 
-    def sync_method(self) -> str:
-        return "sync"
+    async def acknowledge(self, queue_id: Any, receipts: Sequence[Receipt]) -> int:
+        self.calls.append(("acknowledge", queue_id, list(receipts)))
+        return len(receipts)
+
+    async def enqueue_idempotent(self, *args: Any) -> Any:
+        raise NotImplementedError
+
+    async def change_visibility(self, *args: Any) -> Any:
+        raise NotImplementedError
 
 
 def _operation_counts(of: Metrics) -> dict[tuple[str, str], float]:
@@ -337,56 +369,73 @@ def _operation_counts(of: Metrics) -> dict[tuple[str, str], float]:
     }
 
 
+def _one(payload: str) -> list[MessageToStore]:
+    return [MessageToStore(uuid7(), payload, Priority.LOW, 60, 0)]
+
+
 async def test_without_a_tracer_operations_are_still_timed_but_make_no_span(
     exporter: InMemorySpanExporter,
 ) -> None:
     own_metrics = Metrics()
-    port = instrument(_Port(), Instrumentation(own_metrics, None))
-    assert await port.fetch(1) == 2
-    # A domain answer ("that name is taken") is the database working: success.
+    port = InstrumentedMessages(_Messages(), Instrumentation(own_metrics, None))
+    await port.enqueue(uuid7(), _one("ok"))
+    # A domain answer ("that name is taken") is the database working: success...
     with pytest.raises(QueueAlreadyExists):
-        await port.fetch(-1)
+        await port.enqueue(uuid7(), _one("taken"))
+    # ... an unreachable database, or any other failure, is not.
     with pytest.raises(ConnectionResetError):
-        await port.fetch(0)
-    assert _operation_counts(own_metrics) == {("fetch", "success"): 2, ("fetch", "error"): 1}
+        await port.enqueue(uuid7(), _one("gone"))
+    with pytest.raises(DatabaseUnavailable):
+        await port.enqueue(uuid7(), _one("down"))
+    assert _operation_counts(own_metrics) == {("enqueue", "success"): 2, ("enqueue", "error"): 2}
     assert _finished(exporter) == []
 
 
-# -- the decorator itself ---------------------------------------------------------------
+# -- the decorators themselves ----------------------------------------------------------
 
 
-async def test_the_decorator_forwards_everything_and_wraps_only_async_methods() -> None:
-    port = _Port()
-    assert async_method_names(port) == ["fetch"]
-    wrapped = instrument(port, Instrumentation(Metrics(), None))
-    assert await wrapped.fetch(21) == 42
-    assert wrapped.calls == 1
-    assert wrapped.plain == "kept"
-    assert wrapped.sync_method() == "sync"
-    assert isinstance(wrapped, _Port)
-    assert wrapped.fetch.__name__ == "fetch"
-    wrapped.plain = "changed"
-    assert port.plain == "changed"
+async def test_a_decorator_delegates_each_method_with_its_arguments() -> None:
+    inner = _Messages()
+    port = InstrumentedMessages(inner, Instrumentation(Metrics(), None))
+    queue_id = uuid7()
+    result = await port.dequeue(
+        queue_id,
+        limit=3,
+        visibility_timeout_seconds=30,
+        max_delivery_attempts=5,
+        dead_letter_batch_size=10,
+    )
+    assert result == DequeueResult(messages=[], dead_lettered=0)
+    receipt = Receipt(uuid7(), "handle")
+    assert await port.acknowledge(queue_id, [receipt]) == 1
+    assert inner.calls == [
+        (
+            "dequeue",
+            queue_id,
+            {
+                "limit": 3,
+                "visibility_timeout_seconds": 30,
+                "max_delivery_attempts": 5,
+                "dead_letter_batch_size": 10,
+            },
+        ),
+        ("acknowledge", queue_id, [receipt]),
+    ]
 
 
-def test_only_async_methods_can_be_named() -> None:
-    with pytest.raises(TypeError, match="sync_method"):
-        instrument(_Port(), Instrumentation(Metrics(), None), operations=["sync_method"])
-
-
-async def test_operations_can_be_renamed(exporter: InMemorySpanExporter, tracing: Tracing) -> None:
+async def test_outside_a_request_an_operation_is_a_root_span_named_after_it(
+    exporter: InMemorySpanExporter, tracing: Tracing
+) -> None:
     own_metrics = Metrics()
-    wrapped = instrument(
-        _Port(), Instrumentation(own_metrics, tracing.tracer), operations={"fetch": "load_thing"}
-    )
-    await wrapped.fetch(1)
+    port = InstrumentedMessages(_Messages(), Instrumentation(own_metrics, tracing.tracer))
+    with pytest.raises(DatabaseUnavailable):
+        await port.enqueue(uuid7(), _one("down"))
     [span] = _finished(exporter)
-    assert span.name == "load_thing"
+    assert span.name == "enqueue"
     assert span.parent is None  # no request around it: a root span (e.g. a worker batch)
-    assert (
-        'db_operation_duration_seconds_count{operation="load_thing",outcome="success"} 1.0'
-        in own_metrics.render()[0].decode()
-    )
+    assert span.status.status_code == StatusCode.ERROR
+    assert dict(span.attributes or {})["error.type"] == "DatabaseUnavailable"
+    assert _operation_counts(own_metrics) == {("enqueue", "success"): 0, ("enqueue", "error"): 1}
 
 
 class _Session:

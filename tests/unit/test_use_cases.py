@@ -9,9 +9,6 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.events import RecordingQueueEvents
-from retsu.adapters.memory.repository import InMemoryRepository
 from retsu.adapters.system import Uuid7Generator
 from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
 from retsu.application.create_queue import CreateQueue, CreateQueueCommand
@@ -29,6 +26,9 @@ from retsu.domain.message import (
     Receipt,
 )
 from retsu.domain.queue import Queue, QueueSettings
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.events import RecordingQueueEvents
+from tests.support.memory.repository import InMemoryRepository
 
 
 class World:

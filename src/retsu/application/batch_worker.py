@@ -1,5 +1,10 @@
 """The loop every cleaner runs: batches back to back while they come back full,
-then a rest of one interval."""
+then a rest of one interval.
+
+A batch that fails because the database cannot be reached (or stayed too busy to give
+its locks) is logged and tried again after one interval: a cleaner rides out a
+database restart within its normal rhythm (SPEC §5). Any other failure is a bug and
+ends the process non-zero."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from retsu.application.ports import Sleeper
+from retsu.domain.errors import Unavailable
 
 log = logging.getLogger("retsu.worker")
 
@@ -52,13 +58,27 @@ class BatchWorker:
         self._sleeper = sleeper
         self.batches = 0
         self.removed = 0
+        self.failed_batches = 0
 
     async def run(self) -> None:
         """Until asked to stop. A batch in progress always completes (the stop request
-        is only looked at between batches), then the loop exits without resting. A
+        is only looked at between batches), then the loop exits without resting. A batch
+        the database could not serve waits one interval and runs again; any other
         failure propagates: the process exits non-zero and its supervisor restarts it."""
         while not self._sleeper.stopping:
-            result = await self._run_batch(self._schedule.batch_size)
+            try:
+                result = await self._run_batch(self._schedule.batch_size)
+            except Unavailable as error:
+                self.failed_batches += 1
+                log.warning(
+                    "%s: batch failed (%s: %s); trying again in %g s",
+                    self.name,
+                    type(error).__name__,
+                    error.detail,
+                    self._schedule.interval_seconds,
+                )
+                await self._sleeper.sleep(self._schedule.interval_seconds)
+                continue
             self.batches += 1
             self.removed += result.removed
             if result.removed:

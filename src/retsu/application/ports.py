@@ -238,6 +238,10 @@ class IdempotencyKeyMaintenance(Protocol):
         ...
 
 
+class Maintenance(MessageMaintenance, IdempotencyKeyMaintenance, Protocol):
+    """Everything the cleaners remove: one storage object serves both of their ports."""
+
+
 class MaintenanceEvents(Protocol):
     def expired(self, queue_name: str, delivery_history: str, count: int = 1) -> None: ...
 
@@ -253,10 +257,20 @@ class Sleeper(Protocol):
     def stopping(self) -> bool: ...
 
 
+class LeadershipLost(Exception):
+    """The database session that held leadership is gone (killed, or the database
+    restarted), and the lock went with it. Not a failed refresh: the collector stops
+    exporting state and competes for leadership again at its retry interval."""
+
+
 class LeaderSession(Protocol):
     """Leadership held through one database session; every state read goes through it."""
 
-    async def read_state(self) -> list[PriorityState]: ...
+    async def read_state(self) -> list[PriorityState]:
+        """Every queue's state, read on the session that holds the lock. Raises
+        LeadershipLost when that session itself broke; any other exception is a refresh
+        that failed on a live session."""
+        ...
 
     async def release(self) -> None:
         """End leadership: close the session (never hand it back to a pool)."""
@@ -265,7 +279,8 @@ class LeaderSession(Protocol):
 
 class Leadership(Protocol):
     async def try_acquire(self) -> LeaderSession | None:
-        """Leadership if nobody holds it, else None at once (never waits)."""
+        """Leadership if nobody holds it, else None at once (never waits). Raises
+        DatabaseUnavailable when the database cannot be reached."""
         ...
 
 

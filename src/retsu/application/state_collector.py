@@ -2,8 +2,18 @@
 
 Standbys try for leadership every retry interval and never wait on a lock. The
 leader refreshes at once, then every collection interval, through the session
-that holds leadership. A failed refresh ends the process (raised to the runner):
-a stale leader must not keep exporting gauges while another takes over.
+that holds leadership. SPEC §5 tells apart how a refresh can fail:
+
+* the leader's session is gone (``LeadershipLost``: killed, the database restarted):
+  leadership ended with it. The collector stops exporting state, keeps running, and
+  competes again at its retry interval — like a standby.
+* it failed on a live session (a query error, no answer within the refresh timeout):
+  the process exits non-zero (raised to the runner), so a stale leader never keeps
+  exporting gauges while another takes over.
+
+Competing while the database cannot be reached (``DatabaseUnavailable``) is logged and
+tried again at the retry interval. A database error at start-up is the runner's: it
+checks the database before the collector starts and exits non-zero.
 """
 
 from __future__ import annotations
@@ -13,7 +23,15 @@ import logging
 import time
 from dataclasses import dataclass
 
-from retsu.application.ports import Clock, LeaderSession, Leadership, Sleeper, StateSnapshots
+from retsu.application.ports import (
+    Clock,
+    LeaderSession,
+    Leadership,
+    LeadershipLost,
+    Sleeper,
+    StateSnapshots,
+)
+from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.state import StateSnapshot
 
 log = logging.getLogger("retsu.worker.state_metrics_collector")
@@ -56,20 +74,39 @@ class StateMetricsCollector:
         self._schedule = schedule
         self.is_leader = False
         self.refreshes = 0
+        self.leaderships_lost = 0
 
     async def run(self) -> None:
+        retry = self._schedule.leadership_retry_interval_seconds
         while not self._sleeper.stopping:
-            session = await self._leadership.try_acquire()
+            try:
+                session = await self._leadership.try_acquire()
+            except DatabaseUnavailable as error:
+                log.warning(
+                    "cannot compete for leadership (%s); trying again in %g s", error, retry
+                )
+                await self._sleeper.sleep(retry)
+                continue
             if session is None:
                 log.debug("standby: leadership is held elsewhere")
-                await self._sleeper.sleep(self._schedule.leadership_retry_interval_seconds)
+                await self._sleeper.sleep(retry)
                 continue
             try:
                 await self._lead(session)
+            except LeadershipLost as lost:
+                self.leaderships_lost += 1
+                log.warning(
+                    "queue state metrics collector leadership lost (%s); competing again in %g s",
+                    lost,
+                    retry,
+                )
+            else:
+                continue
             finally:
                 self.is_leader = False
                 self._snapshots.leadership_released()
                 await self._release(session)
+            await self._sleeper.sleep(retry)
 
     async def _lead(self, session: LeaderSession) -> None:
         self.is_leader = True
@@ -97,6 +134,9 @@ class StateMetricsCollector:
         try:
             async with asyncio.timeout(self._schedule.refresh_timeout):
                 state = await session.read_state()
+        except LeadershipLost:
+            self._snapshots.collection_finished(FAILURE, time.perf_counter() - started)
+            raise
         except Exception:
             self._snapshots.collection_finished(FAILURE, time.perf_counter() - started)
             log.exception("queue state refresh failed; exiting so a standby can take over")

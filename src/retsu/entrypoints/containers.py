@@ -1,8 +1,10 @@
 """Dependency-injector containers: one small container per concern, one per role.
 
-Tests swap adapters by overriding providers (for example
-``container.storage.repository.override(providers.Object(memory_repo))``),
-never by patching modules.
+Tests swap adapters by overriding providers, never by patching modules: the whole
+storage at once with a container that has ``StorageContainer``'s provider names
+(``container.storage.override(MemoryStorageContainer(...))``, see
+``tests/support/memory/storage.py``), or one port
+(``container.storage.messages.override(providers.Object(fake))``).
 """
 
 from __future__ import annotations
@@ -10,29 +12,39 @@ from __future__ import annotations
 from dependency_injector import containers, providers
 
 from retsu import __version__
+from retsu.adapters.announcing import AnnouncingDeadLetters, AnnouncingMessages
 from retsu.adapters.cache.breaker import CircuitBreaker
 from retsu.adapters.cache.closing import close_layers
 from retsu.adapters.cache.local import LocalQueueNames
 from retsu.adapters.cache.metrics import NO_CACHE_METRICS, CacheMetrics
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.cache.redis_client import create_redis_client
+from retsu.adapters.cache.shared import RedisQueueDetails
 from retsu.adapters.http.app import create_app
 from retsu.adapters.http.auth import ApiToken, AuthConfig
 from retsu.adapters.http.management import create_management_app
 from retsu.adapters.http.services import ApiServices
-from retsu.adapters.memory.notifications import MESSAGE_EVENTS, SignallingRepository
+from retsu.adapters.postgres.audit_log import PostgresAuditLog
+from retsu.adapters.postgres.database import Database
+from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
 from retsu.adapters.postgres.engine import check_database, create_engine
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
+from retsu.adapters.postgres.messages import PostgresMessages
 from retsu.adapters.postgres.notifications import PostgresMessageSignals
-from retsu.adapters.postgres.repository import PostgresRepository
+from retsu.adapters.postgres.queues import PostgresQueues
 from retsu.adapters.postgres.secrets import PostgresServerSecrets
-from retsu.adapters.redis.client import create_redis_client
-from retsu.adapters.redis.queue_details import RedisQueueDetails
+from retsu.adapters.postgres.state import PostgresQueueState
 from retsu.adapters.system import StopAwareSleeper, SystemClock, Uuid7Generator
 from retsu.adapters.telemetry.instrumented import (
     Instrumentation,
+    InstrumentedAuditLog,
+    InstrumentedDeadLetters,
     InstrumentedLeadership,
-    instrument,
+    InstrumentedMaintenance,
+    InstrumentedMessages,
+    InstrumentedQueues,
+    InstrumentedQueueState,
 )
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
@@ -54,6 +66,7 @@ from retsu.application.list_audit_log import ListAuditLog
 from retsu.application.list_dead_letters import ListDeadLetters
 from retsu.application.list_queues import ListQueues
 from retsu.application.pause_queue import PauseQueue, ResumeQueue
+from retsu.application.ports import QueueRepository
 from retsu.application.purge_queue import PurgeQueue
 from retsu.application.redrive_dead_letter import RedriveDeadLetter
 from retsu.application.redrive_dead_letters import RedriveDeadLetters
@@ -109,10 +122,13 @@ class CoreContainer(containers.DeclarativeContainer):
 
 
 class StorageContainer(containers.DeclarativeContainer):
-    """PostgreSQL: the engine (one pool per process) and the repository over it.
+    """PostgreSQL: the engine (one pool per process) and one provider per storage port.
 
-    The repository is wrapped by the telemetry decorator (every operation timed and, when
-    tracing is on, traced); the pool reports its acquisition times.
+    Every port is the PostgreSQL adapter behind the telemetry decorator (each operation
+    timed and, when tracing is on, traced); the message and dead-letter ports are also
+    announced to the long polls after each committed change that can make a message
+    deliverable. A test replaces the whole storage with a container of the same
+    provider names (``tests/support/memory/storage.py``) or overrides one port.
     """
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
@@ -128,6 +144,9 @@ class StorageContainer(containers.DeclarativeContainer):
         application_name=application_name,
         on_pool_acquire=instrumentation.provided.pool_acquired,
     )
+    # Every statement's connection handling: broken connections discarded, a statement
+    # retried once when safe, DatabaseUnavailable when PostgreSQL cannot be reached.
+    database = providers.Singleton(Database, engine)
     # Long polling: one dedicated LISTEN/NOTIFY connection per process, fanned out to
     # the waiting polls (started and stopped with the API app; docs/long-polling.md).
     message_signals = providers.Singleton(
@@ -136,19 +155,44 @@ class StorageContainer(containers.DeclarativeContainer):
         application_name=providers.Callable(_listen_application_name, application_name),
         connect_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
     )
-    postgres_repository = providers.Singleton(PostgresRepository, engine=engine)
-    # Timed (and traced), then: after each committed change that can make a message
-    # deliverable (enqueue, redrive, lease released), the queue is announced to the
-    # long polls of every API process.
-    repository = providers.Singleton(
-        SignallingRepository,
-        providers.Singleton(instrument, postgres_repository, instrumentation),
+
+    queues = providers.Singleton(
+        InstrumentedQueues, providers.Singleton(PostgresQueues, database), instrumentation
+    )
+    queue_state = providers.Singleton(
+        InstrumentedQueueState, providers.Singleton(PostgresQueueState, database), instrumentation
+    )
+    messages = providers.Singleton(
+        AnnouncingMessages,
+        providers.Singleton(
+            InstrumentedMessages, providers.Singleton(PostgresMessages, database), instrumentation
+        ),
         message_signals,
-        events=MESSAGE_EVENTS,
+    )
+    dead_letters = providers.Singleton(
+        AnnouncingDeadLetters,
+        providers.Singleton(
+            InstrumentedDeadLetters,
+            providers.Singleton(PostgresDeadLetters, database),
+            instrumentation,
+        ),
+        message_signals,
+    )
+    audit_log = providers.Singleton(
+        InstrumentedAuditLog, providers.Singleton(PostgresAuditLog, database), instrumentation
+    )
+    # The cleaners' batches and the collector's lock (worker roles).
+    maintenance = providers.Singleton(
+        InstrumentedMaintenance, providers.Singleton(PostgresMaintenance, database), instrumentation
+    )
+    leadership = providers.Singleton(
+        InstrumentedLeadership,
+        providers.Singleton(AdvisoryLockLeadership, database),
+        instrumentation,
     )
     readiness = providers.Callable(check_database, engine)
     # The cursor-signing key made by `retsu migrate`, read once, on first use.
-    secrets = providers.Singleton(PostgresServerSecrets, engine=engine)
+    secrets = providers.Singleton(PostgresServerSecrets, database)
 
 
 def _cache_layer(enabled: bool) -> str:
@@ -166,12 +210,12 @@ class QueueLookupContainer(containers.DeclarativeContainer):
     """
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
-    repository: providers.Dependency[PostgresRepository] = providers.Dependency()
+    queues: providers.Dependency[QueueRepository] = providers.Dependency()
     metrics: providers.Dependency[CacheMetrics] = providers.Dependency(
         default=providers.Object(NO_CACHE_METRICS)
     )
 
-    storage_details = providers.Singleton(RepositoryQueueDetails, queues=repository)
+    storage_details = providers.Singleton(RepositoryQueueDetails, queues=queues)
 
     redis = providers.Singleton(
         create_redis_client,
@@ -217,85 +261,83 @@ class UseCaseContainer(containers.DeclarativeContainer):
 
     create_queue = providers.Singleton(
         CreateQueue,
-        queues=storage.repository,
+        queues=storage.queues,
         details=lookups.details,
         names=lookups.names,
         ids=core.ids,
         clock=core.clock,
     )
     update_queue = providers.Singleton(
-        UpdateQueue, queues=storage.repository, details=lookups.details, names=lookups.names
+        UpdateQueue, queues=storage.queues, details=lookups.details, names=lookups.names
     )
     enqueue = providers.Singleton(
         Enqueue,
-        messages=storage.repository,
+        messages=storage.messages,
         details=lookups.details,
         ids=core.ids,
         events=core.metrics,
     )
     dequeue = providers.Singleton(
         Dequeue,
-        messages=storage.repository,
+        messages=storage.messages,
         details=lookups.details,
         events=core.metrics,
         signals=storage.message_signals,
     )
     acknowledge = providers.Singleton(
-        Acknowledge, messages=storage.repository, names=lookups.names, events=core.metrics
+        Acknowledge, messages=storage.messages, names=lookups.names, events=core.metrics
     )
     # -- operator and consumer features (SPEC §3.2–3.5) --
-    list_queues = providers.Singleton(
-        ListQueues, queues=storage.repository, secrets=storage.secrets
-    )
-    get_queue = providers.Singleton(GetQueue, queues=storage.repository, state=storage.repository)
+    list_queues = providers.Singleton(ListQueues, queues=storage.queues, secrets=storage.secrets)
+    get_queue = providers.Singleton(GetQueue, queues=storage.queues, state=storage.queue_state)
     pause_queue = providers.Singleton(
-        PauseQueue, queues=storage.repository, details=lookups.details, names=lookups.names
+        PauseQueue, queues=storage.queues, details=lookups.details, names=lookups.names
     )
     resume_queue = providers.Singleton(
-        ResumeQueue, queues=storage.repository, details=lookups.details, names=lookups.names
+        ResumeQueue, queues=storage.queues, details=lookups.details, names=lookups.names
     )
-    purge_queue = providers.Singleton(PurgeQueue, queues=storage.repository)
+    purge_queue = providers.Singleton(PurgeQueue, queues=storage.queues)
     delete_queue = providers.Singleton(
-        DeleteQueue, queues=storage.repository, details=lookups.details, names=lookups.names
+        DeleteQueue, queues=storage.queues, details=lookups.details, names=lookups.names
     )
     enqueue_idempotent = providers.Singleton(
         EnqueueIdempotent,
-        messages=storage.repository,
+        messages=storage.messages,
         details=lookups.details,
         ids=core.ids,
         events=core.metrics,
     )
     change_visibility = providers.Singleton(
-        ChangeVisibility, messages=storage.repository, names=lookups.names
+        ChangeVisibility, messages=storage.messages, names=lookups.names
     )
     list_dead_letters = providers.Singleton(
         ListDeadLetters,
-        dead_letters=storage.repository,
+        dead_letters=storage.dead_letters,
         details=lookups.details,
         secrets=storage.secrets,
     )
     get_dead_letter = providers.Singleton(
-        GetDeadLetter, dead_letters=storage.repository, details=lookups.details
+        GetDeadLetter, dead_letters=storage.dead_letters, details=lookups.details
     )
     redrive_dead_letter = providers.Singleton(
         RedriveDeadLetter,
-        dead_letters=storage.repository,
+        dead_letters=storage.dead_letters,
         details=lookups.details,
         ids=core.ids,
         events=core.metrics,
     )
     redrive_dead_letters = providers.Singleton(
         RedriveDeadLetters,
-        dead_letters=storage.repository,
+        dead_letters=storage.dead_letters,
         details=lookups.details,
         ids=core.ids,
         events=core.metrics,
     )
     delete_dead_letter = providers.Singleton(
-        DeleteDeadLetter, dead_letters=storage.repository, details=lookups.details
+        DeleteDeadLetter, dead_letters=storage.dead_letters, details=lookups.details
     )
     list_audit_log = providers.Singleton(
-        ListAuditLog, audit_log=storage.repository, secrets=storage.secrets
+        ListAuditLog, audit_log=storage.audit_log, secrets=storage.secrets
     )
 
 
@@ -314,7 +356,7 @@ class ApiContainer(containers.DeclarativeContainer):
     lookups = providers.Container(
         QueueLookupContainer,
         settings=settings,
-        repository=storage.repository,
+        queues=storage.queues,
         metrics=core.metrics,
     )
     use_cases = providers.Container(UseCaseContainer, core=core, storage=storage, lookups=lookups)
@@ -367,20 +409,15 @@ class WorkerContainer(containers.DeclarativeContainer):
         instrumentation=core.instrumentation,
     )
     sleeper = providers.Singleton(StopAwareSleeper)
-    maintenance = providers.Singleton(
-        instrument,
-        providers.Singleton(PostgresMaintenance, engine=storage.engine),
-        core.instrumentation,
-    )
 
     expired_message_cleaner = providers.Singleton(
         BatchWorker,
         name="expired-message-cleaner",
         run_batch=providers.Singleton(
             CleanExpiredMessages,
-            maintenance=maintenance,
+            maintenance=storage.maintenance,
             events=core.metrics,
-            idempotency_keys=maintenance,
+            idempotency_keys=storage.maintenance,
         ),
         schedule=providers.Factory(
             BatchSchedule,
@@ -398,7 +435,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         name="dead-letter-message-cleaner",
         run_batch=providers.Singleton(
             CleanDeadLetters,
-            maintenance=maintenance,
+            maintenance=storage.maintenance,
             events=core.metrics,
             retention_seconds=settings.provided.worker.queue.dead_letter_message_cleaner.retention_seconds,
         ),
@@ -413,17 +450,12 @@ class WorkerContainer(containers.DeclarativeContainer):
         ),
         sleeper=sleeper,
     )
-    leadership = providers.Singleton(
-        InstrumentedLeadership,
-        providers.Singleton(AdvisoryLockLeadership, engine=storage.engine),
-        core.instrumentation,
-    )
     state_snapshots = providers.Singleton(
         StateMetricsExporter, metrics=core.metrics, clock=core.clock
     )
     state_metrics_collector = providers.Singleton(
         StateMetricsCollector,
-        leadership=leadership,
+        leadership=storage.leadership,
         snapshots=state_snapshots,
         clock=core.clock,
         sleeper=sleeper,

@@ -2,7 +2,11 @@
 
 SIGTERM/SIGINT: the worker stops taking new work, finishes the batch in progress
 (within worker.shutdown_timeout_seconds), the management server stops, exit 0.
-A worker failure (for example a collector refresh error) exits 1.
+A database that cannot be reached at start-up exits 1 with a one-line reason; once
+running, workers ride out a database restart themselves (a cleaner retries its batch
+at the next interval, a collector that lost its lock session competes again). Any
+other worker failure (for example a collector refresh failing on a live session)
+exits 1.
 """
 
 from __future__ import annotations

@@ -11,9 +11,6 @@ from litestar.testing import AsyncTestClient
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.http import ApiServices, create_app
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.repository import InMemoryRepository
-from retsu.adapters.memory.secrets import RandomServerSecrets
 from retsu.adapters.system import Uuid7Generator
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.acknowledge import Acknowledge
@@ -34,6 +31,9 @@ from retsu.application.purge_queue import PurgeQueue
 from retsu.application.redrive_dead_letter import RedriveDeadLetter
 from retsu.application.redrive_dead_letters import RedriveDeadLetters
 from retsu.application.update_queue import UpdateQueue
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.repository import InMemoryRepository
+from tests.support.memory.secrets import RandomServerSecrets
 from tests.unit.http.helpers import Client, NewQueue
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from retsu.adapters.memory.clock import FakeClock
+from tests.support.memory.clock import FakeClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 DEAD_LETTER_KEYS = {

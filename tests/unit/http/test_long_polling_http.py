@@ -20,11 +20,11 @@ from litestar import Litestar
 
 from retsu.adapters.cache.passthrough import RepositoryQueueDetails
 from retsu.adapters.http import ApiServices, create_app
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.notifications import FakeMessageSignals, SignallingRepository
-from retsu.adapters.memory.repository import InMemoryRepository
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.signals import FakeMessageSignals
+from tests.support.memory.storage import AnnouncingMemoryRepository
 from tests.unit.http.helpers import NewQueue
 
 Client = httpx.AsyncClient
@@ -37,7 +37,7 @@ def signals(clock: FakeClock) -> FakeMessageSignals:
 
 @pytest.fixture
 def repository(clock: FakeClock, signals: FakeMessageSignals) -> Any:
-    return SignallingRepository(InMemoryRepository(clock), signals)
+    return AnnouncingMemoryRepository(clock, signals)
 
 
 @pytest.fixture

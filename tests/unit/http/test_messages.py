@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from retsu.adapters.memory.clock import FakeClock
-from retsu.adapters.memory.repository import InMemoryRepository
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.repository import InMemoryRepository
 from tests.unit.http.helpers import Client, NewQueue, assert_problem
 
 MESSAGE_KEYS = {"id", "payload", "priority", "receipt_handle", "delivery_attempts", "enqueued_at"}

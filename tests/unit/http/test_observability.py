@@ -11,10 +11,10 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from retsu.adapters.http import ApiServices, create_app
-from retsu.adapters.memory.clock import FakeClock
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue, DequeueCommand
 from retsu.domain.message import DeliveredMessage
+from tests.support.memory.clock import FakeClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 # -- x-request-id ----------------------------------------------------------------------

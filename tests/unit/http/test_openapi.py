@@ -25,7 +25,7 @@ from retsu.adapters.http.openapi import (
     build_document,
     plain_template,
 )
-from retsu.adapters.memory.clock import FakeClock
+from tests.support.memory.clock import FakeClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "retsu"

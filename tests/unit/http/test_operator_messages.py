@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from litestar import Litestar
 
-from retsu.adapters.memory.clock import FakeClock
+from tests.support.memory.clock import FakeClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem, raw_request
 
 MESSAGE = {"payload": "hello", "priority": "HIGH"}

@@ -1,13 +1,43 @@
-"""Recognising PostgreSQL errors behind SQLAlchemy's wrappers."""
+"""Recognising PostgreSQL errors behind SQLAlchemy's wrappers, and broken connections.
+
+A failed statement either is an answer of a working database (a constraint, a lock
+timeout, a deadlock: the connection is fine) or means its connection broke. For the
+second kind, what matters is whether the statement could have been committed:
+
+* ``UNSENT``: asyncpg refused to send anything because it already knew the connection
+  was closed. Nothing reached the server; running the statement again is always safe.
+* ``LOST``: the connection broke while the statement may have been running (the server
+  terminated the session, the socket was reset, the server is shutting down). It may
+  or may not have committed.
+"""
 
 from __future__ import annotations
 
+import enum
+
+import asyncpg
 from sqlalchemy.exc import DBAPIError
 
 UNIQUE_VIOLATION = "23505"
 FOREIGN_KEY_VIOLATION = "23503"
 LOCK_NOT_AVAILABLE = "55P03"
 DEADLOCK_DETECTED = "40P01"
+
+# The server ended the session: an administrator (pg_terminate_backend, a fast or smart
+# shutdown), a crash of another backend, a server still starting or stopping, the
+# database dropped, an idle-session timeout.
+_SERVER_ENDED_SESSION = (
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.exceptions.DatabaseDroppedError,
+    asyncpg.exceptions.IdleSessionTimeoutError,
+)
+
+
+class Broken(enum.Enum):
+    UNSENT = "unsent"
+    LOST = "lost"
 
 
 def sqlstate(error: DBAPIError) -> str | None:
@@ -23,3 +53,26 @@ def constraint_name(error: DBAPIError) -> str | None:
     cause = getattr(error.orig, "__cause__", None)
     name = getattr(cause, "constraint_name", None)
     return str(name) if name is not None else None
+
+
+def driver_error(error: BaseException) -> BaseException:
+    """asyncpg's own exception behind SQLAlchemy's wrappers (or ``error`` itself)."""
+    if isinstance(error, DBAPIError) and error.orig is not None:
+        orig: BaseException = error.orig
+        return orig.__cause__ if orig.__cause__ is not None else orig
+    return error
+
+
+def broken_connection(error: BaseException) -> Broken | None:
+    """Whether ``error`` says the connection broke, and if so whether the statement may
+    have reached the server; None for every other error (the connection is fine)."""
+    cause = driver_error(error)
+    if isinstance(cause, asyncpg.InterfaceError):
+        # Raised before anything is sent ("connection is closed", or "cannot perform
+        # operation: connection is closed"); other interface errors are misuse.
+        return Broken.UNSENT if "connection is closed" in str(cause) else None
+    if isinstance(cause, (asyncpg.PostgresConnectionError, OSError, *_SERVER_ENDED_SESSION)):
+        return Broken.LOST
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return Broken.LOST  # SQLAlchemy's own disconnect detection said so
+    return None

@@ -6,14 +6,30 @@ is gone *and* the next query fails, so the old leader cannot keep collecting
 through another connection. When leadership ends the connection is invalidated
 (closed), never returned to the pool, where an unrelated borrower would inherit
 the lock.
+
+SPEC §5 tells two failures of a refresh apart, and so does ``read_state``:
+
+* the session broke (killed, the database restarted, the socket reset; or asyncpg
+  already knew it was closed): the lock went with it. ``LeadershipLost``: the
+  collector stops exporting and competes again at its retry interval.
+* anything else, on a session that is still there (a query error, a timeout): the
+  exception itself, and the process exits non-zero.
+
+Competing (``try_acquire``) on a pooled connection that turns out broken runs once more
+on a fresh one (a lock taken by a session that died was released with it); when no
+connection can be had, ``DatabaseUnavailable``, and the collector tries again later.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from retsu.adapters.postgres.database import Database
+from retsu.adapters.postgres.errors import broken_connection
 from retsu.adapters.postgres.state import read_all_queues
+from retsu.application.ports import LeadershipLost
+from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.state import PriorityState
 
 # A fixed two-part key, used for nothing else: "RETS" and collector number 1.
@@ -33,6 +49,14 @@ _KEEPALIVES = (
 )
 
 
+async def _discard(connection: AsyncConnection) -> None:
+    """Close a session for good: never back to the pool (it may hold the lock)."""
+    try:
+        await connection.invalidate()
+    finally:
+        await connection.close()
+
+
 class AdvisoryLockSession:
     def __init__(self, connection: AsyncConnection) -> None:
         self._connection = connection
@@ -41,31 +65,39 @@ class AdvisoryLockSession:
         # One statement in its own short transaction: one consistent snapshot, and
         # no transaction left open between refreshes. On failure the session is
         # released (invalidated), so there is nothing to roll back here.
-        state = await read_all_queues(self._connection)
-        await self._connection.commit()
+        try:
+            state = await read_all_queues(self._connection)
+            await self._connection.commit()
+        except Exception as error:
+            if broken_connection(error) is not None:
+                raise LeadershipLost(f"the leader's database session broke: {error}") from error
+            raise
         return state
 
     async def release(self) -> None:
-        try:
-            await self._connection.invalidate()
-        finally:
-            await self._connection.close()
+        await _discard(self._connection)
 
 
 class AdvisoryLockLeadership:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, database: Database) -> None:
+        self._database = database
 
     async def try_acquire(self) -> AdvisoryLockSession | None:
-        connection = await self._engine.connect()
+        try:
+            return await self._try_acquire()
+        except _SessionBroke:
+            return await self._try_acquire(last_try=True)
+
+    async def _try_acquire(self, *, last_try: bool = False) -> AdvisoryLockSession | None:
+        connection = await self._database.connect()
         try:
             acquired = (
                 await connection.execute(_TRY_LOCK, {"k1": LOCK_KEY[0], "k2": LOCK_KEY[1]})
             ).scalar_one()
             await connection.commit()
-        except BaseException:
-            await connection.invalidate()
-            await connection.close()
+        except BaseException as error:
+            await _discard(connection)
+            _raise_broken(error, last_try=last_try)
             raise
         if not acquired:
             await connection.close()  # back to the pool: it holds no lock
@@ -75,7 +107,19 @@ class AdvisoryLockLeadership:
             for statement in _KEEPALIVES:
                 await connection.execute(statement)
             await connection.commit()
-        except BaseException:
+        except BaseException as error:
             await session.release()
+            _raise_broken(error, last_try=True)
             raise
         return session
+
+
+class _SessionBroke(Exception):
+    """Internal: competing failed on a broken pooled connection; try a fresh one."""
+
+
+def _raise_broken(error: BaseException, *, last_try: bool) -> None:
+    if isinstance(error, Exception) and broken_connection(error) is not None:
+        if last_try:
+            raise DatabaseUnavailable() from error
+        raise _SessionBroke() from error

@@ -15,6 +15,11 @@ rollup triggers (claims, removals, dead letters), so its counter locks are not i
 one global order and a cleaner batch can meet it in a deadlock; giving up early
 ends that in 200 ms instead of PostgreSQL's deadlock_timeout, and a deadlock
 reported by PostgreSQL is retried the same way.
+
+Every batch is repeatable: when its connection breaks while it may be committing it
+runs once more on a fresh connection (rows already deleted are simply not found
+again; only the first run's counts are lost). When the database cannot be reached the
+batch raises DatabaseUnavailable, and the cleaner retries at its next interval.
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.tables import MessageState
-from retsu.adapters.postgres.transactions import run_yielding
 from retsu.domain.maintenance import (
     NEVER_DELIVERED,
     PREVIOUSLY_DELIVERED,
@@ -100,8 +105,8 @@ _DELETE_OLD_IDEMPOTENCY_KEYS = sa.text(
 class PostgresMaintenance:
     """Implements MessageMaintenance and IdempotencyKeyMaintenance."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, database: Database) -> None:
+        self._database = database
 
     async def _run(
         self, statement: sa.TextClause, parameters: dict[str, Any], *, rows: bool = True
@@ -112,7 +117,7 @@ class PostgresMaintenance:
             result = await connection.execute(statement, parameters)
             return result.all() if rows else int(result.rowcount)
 
-        return await run_yielding(self._engine, batch, attempts=_ATTEMPTS)
+        return await self._database.yielding(batch, attempts=_ATTEMPTS, repeatable=True)
 
     async def delete_expired_messages(self, batch_size: int) -> list[ExpiredMessages]:
         rows = await self._run(_DELETE_EXPIRED, {"batch_size": batch_size})

@@ -21,9 +21,12 @@ Who notifies:
   any process.
 
 Correctness never depends on this connection: waiters re-check at least once a
-second. If it drops, the adapter reconnects with backoff (0.1 s doubling to 5 s),
-then wakes every local waiter (notifications sent meanwhile are lost) and sends the
-announcements that piled up. A ``SELECT 1`` every 30 s notices a connection that died
+second. If it drops (the session was killed, the database restarted), the adapter
+reconnects at once and then with backoff while that fails (0.1 s doubling to 5 s, with
+jitter: tenacity), then wakes every local waiter so it claims again (notifications sent
+meanwhile are lost) and sends the announcements that piled up. A connection that drops
+again before it was up for ``STABLE_SECONDS`` counts as a failed attempt, so a flapping
+server is not hammered. A ``SELECT 1`` every 30 s notices a connection that died
 silently.
 """
 
@@ -36,9 +39,10 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import tenacity
 
-from retsu.adapters.memory.notifications import InProcessMessageSignals
 from retsu.adapters.postgres.engine import async_url
+from retsu.adapters.signals import InProcessMessageSignals
 
 log = logging.getLogger("retsu.adapters.postgres.notifications")
 
@@ -49,6 +53,7 @@ CHANNEL = "retsu_messages"
 MESSAGES_SUFFIX = ":messages"
 # A connection that lasted this long was healthy: the next reconnect starts fast again.
 STABLE_SECONDS = 10.0
+
 # At most one NOTIFY transaction per this interval per process: sporadic announcements
 # go out at once; under a stream of enqueues they are batched (a few ms of latency
 # instead of one notify transaction — and one wake-up of every listener — per enqueue).
@@ -153,43 +158,57 @@ class PostgresMessageSignals(InProcessMessageSignals):
         self.signal(queue_id, queue_changed=queue_changed)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        delay = self._reconnect_initial
         while True:
-            try:
-                connection = await asyncpg.connect(
-                    self._dsn,
-                    timeout=self._connect_timeout,
-                    server_settings={"application_name": self._application_name},
+            retrying = tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception_type(Exception),
+                wait=tenacity.wait_exponential(
+                    multiplier=self._reconnect_initial, max=self._reconnect_max
                 )
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
-                log.warning(
-                    "message notifications: cannot connect (%s); retrying in %.1f s",
-                    type(error).__name__,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._reconnect_max)
-                continue
-            connected_at = loop.time()
-            try:
-                await self._serve(connection)
-            except asyncio.CancelledError:
+                + tenacity.wait_random(0, self._reconnect_initial),
+                before_sleep=self._log_reconnect,
+            )
+            # Returns after losing a connection that had been up for STABLE_SECONDS: the
+            # next connect starts again at once, with a fresh backoff.
+            await retrying(self._listen_until_lost)
+
+    @staticmethod
+    def _log_reconnect(state: tenacity.RetryCallState) -> None:
+        outcome = state.outcome
+        error = outcome.exception() if outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "message notifications: not connected (%s); retrying in %.1f s; long polls "
+            "re-check every second meanwhile",
+            type(error).__name__,
+            wait,
+        )
+
+    async def _listen_until_lost(self) -> None:
+        """Connect, LISTEN and serve until the connection is lost. Raises when it cannot
+        connect, or when the connection was lost before it was up for STABLE_SECONDS."""
+        loop = asyncio.get_running_loop()
+        connection = await asyncpg.connect(
+            self._dsn,
+            timeout=self._connect_timeout,
+            server_settings={"application_name": self._application_name},
+        )
+        connected_at = loop.time()
+        try:
+            await self._serve(connection)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the connection broke: reconnect
+            if loop.time() - connected_at < STABLE_SECONDS:
                 raise
-            except Exception as error:  # the connection broke: reconnect
-                log.warning(
-                    "message notifications: connection lost (%s); long polls re-check every "
-                    "second until it is back",
-                    type(error).__name__,
-                )
-            finally:
-                self._listening.clear()
-                self._own_pid = None
-                connection.terminate()
-            if loop.time() - connected_at > STABLE_SECONDS:
-                delay = self._reconnect_initial
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._reconnect_max)
+            log.warning(
+                "message notifications: connection lost (%s); reconnecting; long polls "
+                "re-check every second until it is back",
+                type(error).__name__,
+            )
+        finally:
+            self._listening.clear()
+            self._own_pid = None
+            connection.terminate()
 
     async def _serve(self, connection: Any) -> None:
         lost = False

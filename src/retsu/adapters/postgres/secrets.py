@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.tables import server_secret
 
 CURSOR_SIGNING_KEY = "cursor_signing_key"
@@ -16,8 +17,8 @@ class PostgresServerSecrets:
     """Implements ServerSecrets: the shared cursor-signing key, read lazily on first use
     (so a process that never pages never reads it) and then kept for the process's life."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, database: Database) -> None:
+        self._database = database
         self._cursor_signing_key: bytes | None = None
         self._lock = asyncio.Lock()
 
@@ -29,12 +30,13 @@ class PostgresServerSecrets:
         return self._cursor_signing_key
 
     async def _read(self, name: str) -> bytes:
-        async with self._engine.connect() as connection:
-            value = (
-                await connection.execute(
-                    sa.select(server_secret.c.value).where(server_secret.c.name == name)
-                )
-            ).scalar_one_or_none()
+        statement = sa.select(server_secret.c.value).where(server_secret.c.name == name)
+
+        async def read(connection: AsyncConnection) -> bytes | None:
+            value = (await connection.execute(statement)).scalar_one_or_none()
+            return None if value is None else bytes(value)
+
+        value = await self._database.read(read)
         if not value:
             raise RuntimeError(
                 f"server secret {name!r} is missing: run `retsu migrate` against this database"

@@ -19,6 +19,7 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from retsu.adapters.postgres.database import Database
 from retsu.domain.message import Priority
 from retsu.domain.state import PriorityState
 
@@ -135,3 +136,17 @@ async def read_all_queues(connection: AsyncConnection) -> list[PriorityState]:
 async def read_queue(connection: AsyncConnection, queue_id: UUID) -> list[PriorityState]:
     """One queue's three priorities; empty when the queue does not exist."""
     return _rows_to_state((await connection.execute(ONE_QUEUE, {"queue_id": queue_id})).all())
+
+
+class PostgresQueueState:
+    """Implements QueueStateReader (``GET /v1/queues/{id}``); the collector reads every
+    queue through its leader session instead (``leadership.py``)."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def read_state(self, queue_id: UUID) -> list[PriorityState]:
+        async def read(connection: AsyncConnection) -> list[PriorityState]:
+            return await read_queue(connection, queue_id)
+
+        return await self._database.read(read)

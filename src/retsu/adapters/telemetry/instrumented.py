@@ -1,54 +1,72 @@
-"""Database telemetry as a decorator: time (and trace) every operation of a port.
+"""Database telemetry as typed decorators: time (and trace) every operation of a port.
 
-``instrument(target, instrumentation)`` returns an object that behaves like ``target``
-(every attribute is forwarded) but whose async methods record
-``db_operation_duration_seconds{operation,outcome}`` and, when tracing is on, run inside
-a CLIENT span named after the operation (``db.system=postgresql``,
-``db.operation.name``), a child of the current span (the HTTP request's, for the API).
-Neither the domain nor the use cases know about it: the per-role containers wrap the
-repository ports with it.
+Each class below implements one storage port and delegates every method to the port it
+wraps, through ``Instrumentation.wrap``: the call records
+``db_operation_duration_seconds{operation,outcome}`` and, when tracing is on, runs inside
+a CLIENT span named after the operation (``db.system=postgresql``, ``db.operation.name``),
+a child of the current span (the HTTP request's, for the API). Neither the domain nor the
+use cases know about it: the per-role containers wrap the storage ports with it.
 
-``operation`` label values are method names of the wrapped object, so the set is fixed
-by the code and small. Outcome is ``success`` when the method returns *or* raises a
-domain error (``RetsuError``: the database answered, e.g. "that name is taken"), and
-``error`` for anything else (database or network failure, timeout, cancellation).
+``operation`` label values are the port's method names (``acquire_leadership`` and
+``release_leadership`` for the collector's lock), so the set is fixed by the code and
+small. Outcome is ``success`` when the method returns *or* raises a domain error that is
+an answer of the database (``RetsuError``: "that name is taken"), and ``error`` for
+anything else: the database unreachable (``Unavailable``), any other database or network
+failure, a timeout, a cancellation.
 
-``timed_pool_acquire`` measures ``db_pool_acquire_duration_seconds`` (see
+``Instrumentation.pool_acquired`` measures ``db_pool_acquire_duration_seconds`` (see
 ``retsu.adapters.postgres.engine.create_engine``'s ``on_pool_acquire``).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from uuid import UUID
 
 from retsu.adapters.telemetry.metrics import Metrics
-from retsu.application.ports import LeaderSession, Leadership
-from retsu.domain.errors import RetsuError
+from retsu.application.ports import (
+    AuditLog,
+    DeadLetterRepository,
+    LeaderSession,
+    Leadership,
+    Maintenance,
+    MessageRepository,
+    QueueRepository,
+    QueueStateReader,
+)
+from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
+from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.errors import RetsuError, Unavailable
+from retsu.domain.idempotency import IdempotentEnqueued
+from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
+from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Receipt
+from retsu.domain.queue import Queue, QueueSettingsUpdate
+from retsu.domain.state import PriorityState
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
 __all__ = [
     "Instrumentation",
+    "InstrumentedAuditLog",
+    "InstrumentedDeadLetters",
+    "InstrumentedLeaderSession",
     "InstrumentedLeadership",
-    "InstrumentedObject",
-    "async_method_names",
-    "instrument",
+    "InstrumentedMaintenance",
+    "InstrumentedMessages",
+    "InstrumentedQueueState",
+    "InstrumentedQueues",
 ]
 
-T = TypeVar("T")
-AsyncMethod = Callable[..., Awaitable[Any]]
-
-# The wrapper's own attributes; everything else is looked up on the wrapped object.
-_OWN: Final = frozenset({"_target", "_operations"})
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Instrumentation:
-    """What the decorator records into: the process's metrics and, when tracing is on,
+    """What the decorators record into: the process's metrics and, when tracing is on,
     its tracer. One per process."""
 
     def __init__(
@@ -58,7 +76,7 @@ class Instrumentation:
         self.tracer = tracer
         self.db_system = db_system
 
-    def wrap(self, operation: str, method: AsyncMethod) -> AsyncMethod:
+    def wrap(self, operation: str, method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """``method`` timed (and traced) as ``operation``.
 
         Both outcome series of an operation appear at its first call (so ``rate()`` of
@@ -79,10 +97,13 @@ class Instrumentation:
         if tracer is None:
 
             @functools.wraps(method)
-            async def timed(*args: Any, **kwargs: Any) -> Any:
+            async def timed(*args: P.args, **kwargs: P.kwargs) -> R:
                 start = clock()
                 try:
                     result = await method(*args, **kwargs)
+                except Unavailable:
+                    observe(1, clock() - start)
+                    raise
                 except RetsuError:
                     observe(0, clock() - start)
                     raise
@@ -104,7 +125,7 @@ class Instrumentation:
         }
 
         @functools.wraps(method)
-        async def traced(*args: Any, **kwargs: Any) -> Any:
+        async def traced(*args: P.args, **kwargs: P.kwargs) -> R:
             with tracer.start_as_current_span(
                 operation,
                 kind=SpanKind.CLIENT,
@@ -116,8 +137,13 @@ class Instrumentation:
                 try:
                     result = await method(*args, **kwargs)
                 except RetsuError as error:
-                    observe(0, clock() - start)
-                    span.set_attribute("retsu.domain_error", type(error).__name__)
+                    if not isinstance(error, Unavailable):
+                        observe(0, clock() - start)
+                        span.set_attribute("retsu.domain_error", type(error).__name__)
+                        raise
+                    observe(1, clock() - start)
+                    span.set_attribute("error.type", type(error).__qualname__)
+                    span.set_status(error_status)
                     raise
                 except BaseException as error:
                     observe(1, clock() - start)
@@ -136,85 +162,208 @@ class Instrumentation:
         self.metrics.db_pool_acquired(duration_seconds)
 
 
-def async_method_names(target: object) -> list[str]:
-    """The public ``async def`` methods of ``target``'s class."""
-    return [
-        name
-        for name, member in inspect.getmembers(type(target))
-        if not name.startswith("_") and inspect.iscoroutinefunction(member)
-    ]
+class InstrumentedQueues:
+    """QueueRepository, measured."""
+
+    def __init__(self, queues: QueueRepository, instrumentation: Instrumentation) -> None:
+        wrap = instrumentation.wrap
+        self._add_queue = wrap("add_queue", queues.add_queue)
+        self._get_queue = wrap("get_queue", queues.get_queue)
+        self._update_queue = wrap("update_queue", queues.update_queue)
+        self._set_paused = wrap("set_paused", queues.set_paused)
+        self._list_queues = wrap("list_queues", queues.list_queues)
+        self._purge_queue = wrap("purge_queue", queues.purge_queue)
+        self._delete_queue = wrap("delete_queue", queues.delete_queue)
+
+    async def add_queue(self, queue: Queue, audit: AuditEntry) -> Queue:
+        return await self._add_queue(queue, audit)
+
+    async def get_queue(self, queue_id: UUID) -> Queue | None:
+        return await self._get_queue(queue_id)
+
+    async def update_queue(
+        self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
+    ) -> Queue | None:
+        return await self._update_queue(queue_id, update, audit)
+
+    async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:
+        return await self._set_paused(queue_id, paused, audit)
+
+    async def list_queues(
+        self, *, limit: int, after: QueuePosition | None, name: str | None
+    ) -> list[Queue]:
+        return await self._list_queues(limit=limit, after=after, name=name)
+
+    async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None:
+        return await self._purge_queue(queue_id, audit)
+
+    async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
+        return await self._delete_queue(queue_id, audit)
 
 
-class InstrumentedObject:
-    """A transparent proxy: instrumented async methods, everything else forwarded.
+class InstrumentedQueueState:
+    """QueueStateReader, measured."""
 
-    ``isinstance(proxy, type(target))`` holds (``__class__`` is forwarded), so code that
-    checks a port's concrete class keeps working.
-    """
+    def __init__(self, state: QueueStateReader, instrumentation: Instrumentation) -> None:
+        self._read_state = instrumentation.wrap("read_state", state.read_state)
+
+    async def read_state(self, queue_id: UUID) -> list[PriorityState]:
+        return await self._read_state(queue_id)
+
+
+class InstrumentedMessages:
+    """MessageRepository, measured."""
+
+    def __init__(self, messages: MessageRepository, instrumentation: Instrumentation) -> None:
+        wrap = instrumentation.wrap
+        self._enqueue = wrap("enqueue", messages.enqueue)
+        self._dequeue = wrap("dequeue", messages.dequeue)
+        self._acknowledge = wrap("acknowledge", messages.acknowledge)
+        self._enqueue_idempotent = wrap("enqueue_idempotent", messages.enqueue_idempotent)
+        self._change_visibility = wrap("change_visibility", messages.change_visibility)
+
+    async def enqueue(self, queue_id: UUID, messages: Sequence[MessageToStore]) -> None:
+        await self._enqueue(queue_id, messages)
+
+    async def dequeue(
+        self,
+        queue_id: UUID,
+        *,
+        limit: int,
+        visibility_timeout_seconds: int,
+        max_delivery_attempts: int,
+        dead_letter_batch_size: int,
+    ) -> DequeueResult:
+        return await self._dequeue(
+            queue_id,
+            limit=limit,
+            visibility_timeout_seconds=visibility_timeout_seconds,
+            max_delivery_attempts=max_delivery_attempts,
+            dead_letter_batch_size=dead_letter_batch_size,
+        )
+
+    async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
+        return await self._acknowledge(queue_id, receipts)
+
+    async def enqueue_idempotent(
+        self, queue_id: UUID, message: MessageToStore, key: str, fingerprint: bytes
+    ) -> IdempotentEnqueued:
+        return await self._enqueue_idempotent(queue_id, message, key, fingerprint)
+
+    async def change_visibility(
+        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
+    ) -> bool:
+        return await self._change_visibility(queue_id, receipt, visibility_timeout_seconds)
+
+
+class InstrumentedDeadLetters:
+    """DeadLetterRepository, measured."""
 
     def __init__(
-        self, target: object, instrumentation: Instrumentation, operations: Mapping[str, str]
+        self, dead_letters: DeadLetterRepository, instrumentation: Instrumentation
     ) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_operations", dict(operations))
-        for method_name, operation in operations.items():
-            method = getattr(target, method_name)
-            # Stored on the instance, so a call finds it without going through __getattr__.
-            object.__setattr__(self, method_name, instrumentation.wrap(operation, method))
+        wrap = instrumentation.wrap
+        self._list_dead_letters = wrap("list_dead_letters", dead_letters.list_dead_letters)
+        self._get_dead_letter = wrap("get_dead_letter", dead_letters.get_dead_letter)
+        self._redrive_dead_letter = wrap("redrive_dead_letter", dead_letters.redrive_dead_letter)
+        self._redrive_dead_letters = wrap("redrive_dead_letters", dead_letters.redrive_dead_letters)
+        self._delete_dead_letter = wrap("delete_dead_letter", dead_letters.delete_dead_letter)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(object.__getattribute__(self, "_target"), name)
+    async def list_dead_letters(
+        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
+    ) -> list[tuple[DeadLetter, DeadLetterPosition]]:
+        return await self._list_dead_letters(queue_id, limit=limit, after=after)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(object.__getattribute__(self, "_target"), name, value)
+    async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None:
+        return await self._get_dead_letter(queue_id, message_id)
 
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        return type(object.__getattribute__(self, "_target"))
+    async def redrive_dead_letter(
+        self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
+    ) -> bool:
+        return await self._redrive_dead_letter(queue_id, message_id, new_id, audit)
 
-    def __repr__(self) -> str:
-        return f"<instrumented {object.__getattribute__(self, '_target')!r}>"
+    async def redrive_dead_letters(
+        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
+    ) -> int:
+        return await self._redrive_dead_letters(queue_id, new_ids, audit)
+
+    async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
+        return await self._delete_dead_letter(queue_id, message_id, audit)
 
 
-def instrument(
-    target: T,
-    instrumentation: Instrumentation,
-    *,
-    operations: Mapping[str, str] | Iterable[str] | None = None,
-) -> T:
-    """``target`` with its async methods timed and traced.
+class InstrumentedAuditLog:
+    """AuditLog, measured."""
 
-    ``operations``: which methods, either names (the label is the method name) or a map
-    method name → label; by default every public ``async def`` method of the target, so
-    an operation added to a repository later is measured without touching this module.
-    """
-    if operations is None:
-        mapping = {name: name for name in async_method_names(target)}
-    elif isinstance(operations, Mapping):
-        mapping = dict(operations)
-    else:
-        mapping = {name: name for name in operations}
-    for name in mapping:
-        if not inspect.iscoroutinefunction(getattr(target, name, None)):
-            raise TypeError(f"{type(target).__name__}.{name} is not an async method")
-    return cast("T", InstrumentedObject(target, instrumentation, mapping))
+    def __init__(self, audit_log: AuditLog, instrumentation: Instrumentation) -> None:
+        self._list_audit_records = instrumentation.wrap(
+            "list_audit_records", audit_log.list_audit_records
+        )
+
+    async def list_audit_records(
+        self,
+        *,
+        limit: int,
+        after: AuditPosition | None,
+        queue_id: UUID | None,
+        action: AuditAction | None,
+    ) -> list[AuditRecord]:
+        return await self._list_audit_records(
+            limit=limit, after=after, queue_id=queue_id, action=action
+        )
+
+
+class InstrumentedMaintenance:
+    """MessageMaintenance and IdempotencyKeyMaintenance (the cleaners' batches), measured."""
+
+    def __init__(self, maintenance: Maintenance, instrumentation: Instrumentation) -> None:
+        wrap = instrumentation.wrap
+        self._delete_expired_messages = wrap(
+            "delete_expired_messages", maintenance.delete_expired_messages
+        )
+        self._delete_dead_letters_older_than = wrap(
+            "delete_dead_letters_older_than", maintenance.delete_dead_letters_older_than
+        )
+        self._delete_idempotency_keys_older_than = wrap(
+            "delete_idempotency_keys_older_than", maintenance.delete_idempotency_keys_older_than
+        )
+
+    async def delete_expired_messages(self, batch_size: int) -> list[ExpiredMessages]:
+        return await self._delete_expired_messages(batch_size)
+
+    async def delete_dead_letters_older_than(
+        self, retention_seconds: int, batch_size: int
+    ) -> list[PurgedDeadLetters]:
+        return await self._delete_dead_letters_older_than(retention_seconds, batch_size)
+
+    async def delete_idempotency_keys_older_than(self, age_seconds: int, batch_size: int) -> int:
+        return await self._delete_idempotency_keys_older_than(age_seconds, batch_size)
+
+
+class InstrumentedLeaderSession:
+    """The leader's session, measured: ``read_state`` and ``release`` (as
+    ``release_leadership``)."""
+
+    def __init__(self, session: LeaderSession, instrumentation: Instrumentation) -> None:
+        self._read_state = instrumentation.wrap("read_state", session.read_state)
+        self._release = instrumentation.wrap("release_leadership", session.release)
+
+    async def read_state(self) -> list[PriorityState]:
+        return await self._read_state()
+
+    async def release(self) -> None:
+        await self._release()
 
 
 class InstrumentedLeadership:
     """The collector's ``Leadership`` port, measured: ``try_acquire`` as
-    ``acquire_leadership``, and the session it hands out with ``read_state`` and
-    ``release`` (as ``release_leadership``)."""
+    ``acquire_leadership``, and the session it hands out."""
 
     def __init__(self, leadership: Leadership, instrumentation: Instrumentation) -> None:
         self._instrumentation = instrumentation
         self._try_acquire = instrumentation.wrap("acquire_leadership", leadership.try_acquire)
 
     async def try_acquire(self) -> LeaderSession | None:
-        session: LeaderSession | None = await self._try_acquire()
+        session = await self._try_acquire()
         if session is None:
             return None
-        return instrument(
-            session,
-            self._instrumentation,
-            operations={"read_state": "read_state", "release": "release_leadership"},
-        )
+        return InstrumentedLeaderSession(session, self._instrumentation)

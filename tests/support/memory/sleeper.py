@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from retsu.adapters.memory.clock import FakeClock
+from tests.support.memory.clock import FakeClock
 
 
 class FakeSleeper:

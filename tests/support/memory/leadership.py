@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from retsu.adapters.memory.repository import InMemoryRepository
+from retsu.application.ports import LeadershipLost
 from retsu.domain.state import PriorityState
+from tests.support.memory.repository import InMemoryRepository
 
 
 class InMemoryLock:
@@ -16,11 +17,17 @@ class InMemoryLeaderSession:
         self._lock = lock
         self._repository = repository
         self.released = False
-        self.broken = False  # a test sets this to make the next read fail (a dead session)
+        # A test sets these to make the next read fail: the session is gone (killed,
+        # the database restarted), or a query fails on a session that is still there.
+        self.broken = False
+        self.failing = False
 
     async def read_state(self) -> list[PriorityState]:
         if self.broken or self._lock.holder is not self:
-            raise ConnectionError("the leader's database session is gone")
+            self._lock.holder = None  # the lock went with the session
+            raise LeadershipLost("the leader's database session is gone")
+        if self.failing:
+            raise RuntimeError("the state query failed")
         return await self._repository.read_state()
 
     async def release(self) -> None:

@@ -545,3 +545,6 @@ class InMemoryRepository:
 
     def message_count(self, queue_id: UUID) -> int:
         return len(self._messages.get(queue_id, {}))
+
+    def idempotency_key_count(self, queue_id: UUID) -> int:
+        return sum(1 for key in self._idempotency_keys if key[0] == queue_id)

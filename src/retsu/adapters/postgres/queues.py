@@ -1,0 +1,201 @@
+"""Queue metadata on PostgreSQL: create, read, change, list, purge, delete.
+
+Every change writes its audit row in the same transaction. A change whose connection
+breaks before COMMIT is sent runs again on a fresh connection; one that breaks while
+committing is not repeated (the caller gets DatabaseUnavailable): a second run would
+write a second audit row, or answer queue_already_exists for the caller's own queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from retsu.adapters.postgres.audit_log import audit_insert
+from retsu.adapters.postgres.database import Database
+from retsu.adapters.postgres.errors import UNIQUE_VIOLATION, sqlstate
+from retsu.adapters.postgres.tables import (
+    idempotency_key,
+    queue,
+    queue_dead_letter_message,
+    queue_message,
+)
+from retsu.domain.audit import AuditEntry
+from retsu.domain.cursor import QueuePosition
+from retsu.domain.errors import QueueAlreadyExists
+from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
+
+# Operator bulk changes (purge, delete) give way to message traffic this many times
+# before answering busy (see Database.yielding).
+OPERATOR_ATTEMPTS = 25
+
+_DELETE_ROLLUP = sa.text("DELETE FROM queue_state_rollup WHERE queue_id = :queue_id")
+
+
+def queue_from_row(row: Any) -> Queue:
+    return Queue(
+        id=row.id,
+        name=row.name,
+        settings=QueueSettings(
+            visibility_timeout_seconds=row.visibility_timeout_seconds,
+            max_delivery_attempts=row.max_delivery_attempts,
+            default_message_ttl_seconds=row.default_message_ttl_seconds,
+        ),
+        paused=row.paused,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+class PostgresQueues:
+    """Implements QueueRepository."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def add_queue(self, new: Queue, audit: AuditEntry) -> Queue:
+        statement = (
+            sa.insert(queue)
+            .values(
+                id=new.id,
+                name=new.name,
+                visibility_timeout_seconds=new.settings.visibility_timeout_seconds,
+                max_delivery_attempts=new.settings.max_delivery_attempts,
+                default_message_ttl_seconds=new.settings.default_message_ttl_seconds,
+                paused=new.paused,
+                created_at=sa.func.now(),
+                updated_at=sa.func.now(),
+            )
+            .returning(*queue.c)
+        )
+
+        async def add(connection: AsyncConnection) -> Any:
+            row = (await connection.execute(statement)).one()
+            await connection.execute(audit_insert(audit))
+            return row
+
+        try:
+            row = await self._database.transaction(add)
+        except IntegrityError as error:
+            if sqlstate(error) == UNIQUE_VIOLATION:
+                raise QueueAlreadyExists(new.name) from None
+            raise
+        return queue_from_row(row)
+
+    async def get_queue(self, queue_id: UUID) -> Queue | None:
+        statement = sa.select(*queue.c).where(queue.c.id == queue_id)
+
+        async def read(connection: AsyncConnection) -> Any:
+            return (await connection.execute(statement)).one_or_none()
+
+        row = await self._database.read(read)
+        return None if row is None else queue_from_row(row)
+
+    async def update_queue(
+        self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
+    ) -> Queue | None:
+        values: dict[str, Any] = {"updated_at": sa.func.now()}
+        if update.visibility_timeout_seconds is not None:
+            values["visibility_timeout_seconds"] = update.visibility_timeout_seconds
+        if update.max_delivery_attempts is not None:
+            values["max_delivery_attempts"] = update.max_delivery_attempts
+        if update.default_message_ttl_seconds is not None:
+            values["default_message_ttl_seconds"] = update.default_message_ttl_seconds
+        return await self._change_queue(queue_id, values, audit)
+
+    async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:
+        return await self._change_queue(
+            queue_id, {"paused": paused, "updated_at": sa.func.now()}, audit
+        )
+
+    async def _change_queue(
+        self, queue_id: UUID, values: dict[str, Any], audit: AuditEntry
+    ) -> Queue | None:
+        statement = (
+            sa.update(queue).where(queue.c.id == queue_id).values(**values).returning(*queue.c)
+        )
+
+        async def change(connection: AsyncConnection) -> Any:
+            row = (await connection.execute(statement)).one_or_none()
+            if row is not None:
+                await connection.execute(audit_insert(audit))
+            return row
+
+        row = await self._database.transaction(change)
+        return None if row is None else queue_from_row(row)
+
+    async def list_queues(
+        self, *, limit: int, after: QueuePosition | None, name: str | None
+    ) -> list[Queue]:
+        # The name column is COLLATE "C": byte order, walked on its unique index.
+        statement = sa.select(*queue.c).order_by(queue.c.name).limit(limit)
+        if name is not None:
+            statement = statement.where(queue.c.name == name)
+        if after is not None:
+            statement = statement.where(queue.c.name > after.name)
+
+        async def read(connection: AsyncConnection) -> list[Queue]:
+            return [queue_from_row(row) for row in await connection.execute(statement)]
+
+        return await self._database.read(read)
+
+    async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None:
+        async def purge(connection: AsyncConnection) -> int | None:
+            # KEY SHARE: the queue cannot be deleted under the purge, while enqueues,
+            # dequeues and settings changes go on.
+            exists = await connection.execute(
+                sa.select(queue.c.id).where(queue.c.id == queue_id).with_for_update(key_share=True)
+            )
+            if exists.one_or_none() is None:
+                return None
+            result = await connection.execute(
+                sa.delete(queue_message).where(queue_message.c.queue_id == queue_id)
+            )
+            purged = int(result.rowcount)
+            await connection.execute(audit_insert(audit.with_details(purged=purged)))
+            return purged
+
+        return await self._database.yielding(purge, attempts=OPERATOR_ATTEMPTS)
+
+    async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
+        async def delete(connection: AsyncConnection) -> bool:
+            # Lock the queue first: from here on no enqueue, dead-lettering or redrive of
+            # this queue can start (their foreign-key check waits, then fails).
+            row = (
+                await connection.execute(
+                    sa.select(queue.c.name).where(queue.c.id == queue_id).with_for_update()
+                )
+            ).one_or_none()
+            if row is None:
+                return False
+            # Messages and dead letters go explicitly, before the queue row, so their
+            # rollup triggers decrement the counters; then the counter rows themselves.
+            messages = await connection.execute(
+                sa.delete(queue_message).where(queue_message.c.queue_id == queue_id)
+            )
+            dead_letters = await connection.execute(
+                sa.delete(queue_dead_letter_message).where(
+                    queue_dead_letter_message.c.queue_id == queue_id
+                )
+            )
+            await connection.execute(
+                sa.delete(idempotency_key).where(idempotency_key.c.queue_id == queue_id)
+            )
+            await connection.execute(sa.delete(queue).where(queue.c.id == queue_id))
+            await connection.execute(_DELETE_ROLLUP, {"queue_id": queue_id})
+            await connection.execute(
+                audit_insert(
+                    audit.with_details(
+                        name=row.name,
+                        messages=int(messages.rowcount),
+                        dead_letters=int(dead_letters.rowcount),
+                    )
+                )
+            )
+            return True
+
+        return await self._database.yielding(delete, attempts=OPERATOR_ATTEMPTS)

@@ -1,1 +1,0 @@
-"""The shared (Redis-compatible) cache of queue details (SPEC §4)."""
