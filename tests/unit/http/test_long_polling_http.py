@@ -10,29 +10,34 @@ test client runs the app in a portal thread and blocks the loop for each request
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from dependency_injector import providers
 from litestar import Litestar
 
 from retsu.adapters.cache.passthrough import RepositoryQueueDetails
-from retsu.adapters.http import ApiServices, create_app
 from retsu.adapters.memory.clock import FakeClock
 from retsu.adapters.memory.notifications import FakeMessageSignals, SignallingRepository
 from retsu.adapters.memory.repository import InMemoryRepository
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue
+from retsu.entrypoints.containers import ApiContainer
+from tests.unit.http.conftest import WithLifecycle
 from tests.unit.http.helpers import NewQueue
 
 Client = httpx.AsyncClient
 
 
+class FakeSignals(WithLifecycle, FakeMessageSignals):
+    """Virtual-time signals, started and stopped with the app."""
+
+
 @pytest.fixture
 def signals(clock: FakeClock) -> FakeMessageSignals:
-    return FakeMessageSignals(clock)
+    return FakeSignals(clock)
 
 
 @pytest.fixture
@@ -42,7 +47,7 @@ def repository(clock: FakeClock, signals: FakeMessageSignals) -> Any:
 
 @pytest.fixture
 def app(
-    services: ApiServices, repository: Any, metrics: Metrics, signals: FakeMessageSignals
+    container: ApiContainer, repository: Any, metrics: Metrics, signals: FakeMessageSignals
 ) -> Litestar:
     dequeue = Dequeue(
         repository,
@@ -51,7 +56,8 @@ def app(
         signals=signals,
         monotonic=signals.monotonic,
     )
-    return create_app(dataclasses.replace(services, dequeue=dequeue))
+    container.use_cases.dequeue.override(providers.Object(dequeue))
+    return container.app()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from litestar.testing import AsyncTestClient
 from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
-from retsu.adapters.http import ApiServices, create_app, dto
+from retsu.adapters.http import dto
 from retsu.adapters.http.auth import ADMIN, ApiToken, AuthConfig, required_scope
 from retsu.adapters.http.openapi import (
     OPENAPI_PATH,
@@ -26,6 +26,7 @@ from retsu.adapters.http.openapi import (
     plain_template,
 )
 from retsu.adapters.memory.clock import FakeClock
+from retsu.entrypoints.containers import ApiContainer
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "retsu"
@@ -90,16 +91,16 @@ def test_every_route_is_described(app: Litestar, document: dict[str, Any]) -> No
     assert not stale or all(path.startswith("/v1") for _, path in stale), stale
 
 
-def test_the_document_is_open_with_auth_enabled(services: ApiServices) -> None:
+def test_the_document_is_open_with_auth_enabled(container: ApiContainer) -> None:
     auth = AuthConfig(enabled=True, tokens=(ApiToken("ops", "s3cret-ops", frozenset({ADMIN})),))
-    app = create_app(services, auth=auth)
+    app = container.app(auth=auth)
     with_auth = build_document(app)
     assert with_auth["paths"][OPENAPI_PATH]["get"]["security"] == []
 
 
-async def test_the_document_needs_no_token(services: ApiServices) -> None:
+async def test_the_document_needs_no_token(container: ApiContainer) -> None:
     auth = AuthConfig(enabled=True, tokens=(ApiToken("ops", "s3cret-ops", frozenset({ADMIN})),))
-    async with AsyncTestClient(app=create_app(services, auth=auth)) as client:
+    async with AsyncTestClient(app=container.app(auth=auth)) as client:
         assert (await client.get(OPENAPI_PATH)).status_code == 200
         assert (await client.get("/v1/queues")).status_code == 401
 
