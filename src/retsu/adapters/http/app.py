@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from litestar import Litestar, Response, route
 from litestar.di import Provide
 from litestar.handlers import HTTPRouteHandler
+from litestar.routes import HTTPRoute
 from litestar.types import LifespanHook
 
 from retsu.adapters.http.auth import AuthConfig, AuthMiddleware, app_route_resolver
@@ -125,4 +126,20 @@ def create_app(
     # request id, the request's span and the HTTP metrics cover 404s, 405s and every
     # error response too.
     app.asgi_handler = instrument_asgi(app.asgi_handler, metrics, tracer)
+    _resolve_dependencies_in_sequence(app)
     return app
+
+
+def _resolve_dependencies_in_sequence(app: Litestar) -> None:
+    """Litestar resolves a handler's sibling dependencies concurrently, in an anyio task
+    group. Ours are cached singletons (a dictionary read each), so the task group was pure
+    overhead: it halved single-enqueue throughput (enqueue takes two use cases). Resolve
+    them one after the other instead, in the same dependency order."""
+    for app_route in app.routes:
+        if isinstance(app_route, HTTPRoute):
+            for _, kwargs_model in app_route.route_handler_map.values():
+                kwargs_model.dependency_batches = [
+                    {dependency}
+                    for batch in kwargs_model.dependency_batches
+                    for dependency in batch
+                ]

@@ -15,7 +15,8 @@ returned Struct. What the contract adds is attached here, once per handler, by
   ``/v1/queues/{queue_id}``, ``503 database_unavailable`` under ``/v1``, ``500`` always;
 * **more successes**: ``replies={status: (Struct | None, description)}``;
 * **headers**: ``x-request-id`` on every response, ``www-authenticate`` on 401,
-  ``retry-after`` on 503, and ``reply_headers={status: {name: description}}``;
+  ``retry-after`` on 503, and ``reply_headers={status: {name: description}}``; request
+  headers a handler reads itself: ``request_headers=(OpenAPI Parameter, ...)``;
 * **security**: the bearer scheme on every ``/v1`` route, none elsewhere.
 
 Request Structs forbid unknown fields, so their schemas say ``additionalProperties:
@@ -25,7 +26,7 @@ false`` (``StrictStructSchemaPlugin``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, ClassVar, Final
@@ -46,6 +47,7 @@ from litestar.openapi.spec import (
     SecurityScheme,
     Tag,
 )
+from litestar.openapi.spec import Parameter as OpenAPIParameter
 from litestar.openapi.spec.enums import OpenAPIType
 from litestar.plugins import OpenAPISchemaPlugin
 from litestar.typing import FieldDefinition
@@ -188,8 +190,11 @@ class _Operation(Operation):
     """Litestar's operation plus the headers ``document()`` decided for its responses."""
 
     extra_headers: ClassVar[Mapping[str, Mapping[str, str]]] = {}
+    request_headers: ClassVar[Sequence[OpenAPIParameter]] = ()
 
     def __post_init__(self) -> None:
+        if self.request_headers:
+            self.parameters = [*(self.parameters or []), *self.request_headers]
         for status, response in (self.responses or {}).items():
             if not hasattr(response, "headers"):
                 continue
@@ -239,7 +244,8 @@ def document(handler: HTTPRouteHandler, dependencies: set[str]) -> HTTPRouteHand
             "extra_headers": {
                 str(status): dict(headers)
                 for status, headers in handler.opt.get("reply_headers", {}).items()
-            }
+            },
+            "request_headers": tuple(handler.opt.get("request_headers", ())),
         },
     )
     if not handler.tags:

@@ -11,24 +11,31 @@ import re
 from typing import Annotated, Any
 from uuid import UUID
 
-from litestar.params import HeaderParameter, PathParameter, QueryParameter
+from litestar import Request
+from litestar.enums import ParamType
+from litestar.openapi.spec import Parameter as OpenAPIParameter
+from litestar.openapi.spec import Schema
+from litestar.openapi.spec.enums import OpenAPIType
+from litestar.params import PathParameter, QueryParameter
 
+from retsu.adapters.http.request_rules import RequestProblem
 from retsu.domain.audit import AuditAction
 from retsu.domain.cursor import DEFAULT_LIST_LIMIT, LIST_LIMIT
 
 __all__ = [
     "DEFAULT_LIMIT",
+    "IDEMPOTENCY_KEY",
     "QUEUE",
     "TYPE_DECODERS",
     "ActionFilter",
     "Cursor",
     "Digits",
-    "IdempotencyKey",
     "Limit",
     "MessageId",
     "QueueId",
     "QueueIdFilter",
     "QueueNameFilter",
+    "idempotency_key_of",
 ]
 
 # Route templates keep ``:str`` path segments: Litestar's ``:uuid`` type answers 404 for a
@@ -82,17 +89,39 @@ Cursor = Annotated[
         "server. Else `400 invalid_cursor`.",
     ),
 ]
-IdempotencyKey = Annotated[
-    str | None,
-    HeaderParameter(
-        name="Idempotency-Key",
-        description="1–128 visible ASCII characters, scoped to the queue and remembered for "
-        "24 h. A repeat with the same message answers `200` with the original id and "
-        "`idempotent-replayed: true`; the same key with another message is "
-        "`409 idempotency_key_conflict`. Otherwise (or sent twice) "
-        "`400 invalid_idempotency_key`.",
-    ),
-]
+IDEMPOTENCY_KEY_HEADER = b"idempotency-key"
+# The header as the document describes it (the handlers read it with idempotency_key_of).
+IDEMPOTENCY_KEY = OpenAPIParameter(
+    name="Idempotency-Key",
+    param_in=ParamType.HEADER,
+    required=False,
+    schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=128, pattern="^[!-~]+$"),
+    description="1–128 visible ASCII characters, scoped to the queue and remembered for 24 h. "
+    "A repeat with the same message answers `200` with the original id and "
+    "`idempotent-replayed: true`; the same key with another message is "
+    "`409 idempotency_key_conflict`. Otherwise (or sent twice) `400 invalid_idempotency_key`.",
+)
+
+
+def idempotency_key_of(request: Request[Any, Any, Any]) -> str | None:
+    """The Idempotency-Key header as sent (None when absent); sent twice, it is refused.
+
+    Read from the raw headers rather than as a Litestar header parameter: that one parses
+    every header into a ``Headers`` object, which cost single enqueue ~5 % of its
+    throughput (measured with stub use cases). Latin-1 maps every byte to one character, so
+    a non-ASCII byte stays visible to the domain's check (and is refused there).
+    """
+    found: bytes | None = None
+    for name, value in request.scope["headers"]:
+        if name == IDEMPOTENCY_KEY_HEADER:
+            if found is not None:
+                raise RequestProblem(
+                    400, "invalid_idempotency_key", "Send at most one Idempotency-Key header."
+                )
+            found = value
+    return None if found is None else found.decode("latin-1")
+
+
 QueueNameFilter = Annotated[
     str | None,
     QueryParameter(

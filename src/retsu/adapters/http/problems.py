@@ -30,6 +30,8 @@ from litestar.types import ExceptionHandlersMap
 
 from retsu.adapters.http.middleware import UNMATCHED_ROUTE, request_id_of
 from retsu.adapters.http.request_rules import (
+    MAX_BODY_BYTES,
+    ClientDisconnected,
     RequestProblem,
     is_json_media_type,
     parameter_code,
@@ -50,10 +52,10 @@ __all__ = [
 logger = logging.getLogger("retsu.adapters.http")
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-MAX_BODY_BYTES = 1024 * 1024  # 1 MiB
 # nginx's "client closed request": what the metrics count for a client that went away.
 CLIENT_CLOSED_REQUEST = 499
-# Litestar's words when the ASGI server reports ``http.disconnect`` while a body is read.
+# Litestar's words when its own stream() meets ``http.disconnect`` (ours raise
+# ClientDisconnected).
 _DISCONNECTED = "client disconnected prematurely"
 
 
@@ -191,7 +193,9 @@ def _http_exception(request: Request[Any, Any, Any], exc: Exception) -> Response
     return problem_response(status, code, detail, headers or None)
 
 
-def _client_disconnected(request: Request[Any, Any, Any]) -> Response[bytes]:
+def _client_disconnected(
+    request: Request[Any, Any, Any], exc: Exception | None = None
+) -> Response[bytes]:
     """The client went away mid-body: no one will read an answer, and it is not our fault.
 
     The answer is still sent (the server drops it), so the metrics count the request once,
@@ -228,6 +232,7 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[byt
 
 
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+    ClientDisconnected: _client_disconnected,
     RequestProblem: _request_problem,
     RetsuError: _domain_error,
     ValidationException: _validation_error,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from litestar import Response, post
+from litestar import Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
@@ -23,7 +23,13 @@ from retsu.adapters.http.dto import (
     VisibilityBody,
     message_out,
 )
-from retsu.adapters.http.params import QUEUE, IdempotencyKey, MessageId, QueueId
+from retsu.adapters.http.params import (
+    IDEMPOTENCY_KEY,
+    QUEUE,
+    MessageId,
+    QueueId,
+    idempotency_key_of,
+)
 from retsu.adapters.http.request_rules import RequestProblem
 from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
 from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
@@ -80,14 +86,16 @@ def _new_messages(bodies: Sequence[MessageBody]) -> list[NewMessage]:
         )
     },
     reply_headers={200: {"idempotent-replayed": "`true`: this answers a repeat."}},
+    request_headers=(IDEMPOTENCY_KEY,),
 )
 async def enqueue_message(
     queue_id: QueueId,
     data: JSONBody[MessageBody],
     enqueue: NamedDependency[Enqueue],
     enqueue_idempotent: NamedDependency[EnqueueIdempotent],
-    idempotency_key: IdempotencyKey = None,
+    request: Request[Any, Any, Any],
 ) -> Response[IdOut]:
+    idempotency_key = idempotency_key_of(request)
     message = _new_message(data)
     if idempotency_key is None:
         ids = await enqueue(EnqueueCommand(queue_id=queue_id, messages=(message,)))
@@ -110,14 +118,15 @@ async def enqueue_message(
     "(`400 invalid_idempotency_key`): send messages one by one to make them idempotent.",
     response_description="The new ids, in request order.",
     errors=("invalid_batch_size", *_MESSAGE_CODES, "invalid_idempotency_key"),
+    request_headers=(IDEMPOTENCY_KEY,),
 )
 async def enqueue_batch(
     queue_id: QueueId,
     data: JSONBody[BatchEnqueueBody],
     enqueue: NamedDependency[Enqueue],
-    idempotency_key: IdempotencyKey = None,
+    request: Request[Any, Any, Any],
 ) -> IdsOut:
-    if idempotency_key is not None:
+    if idempotency_key_of(request) is not None:
         raise RequestProblem(
             400,
             "invalid_idempotency_key",
