@@ -14,7 +14,6 @@ from uuid import UUID
 
 import msgspec
 from litestar.params import KwargDefinition
-from litestar.types import Empty
 
 from retsu.domain.audit import AuditAction, AuditRecord
 from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS
@@ -55,7 +54,8 @@ def _range(rule: IntRange, text: str = "", default: int | None = None) -> KwargD
     return KwargDefinition(
         ge=rule.low,
         le=rule.high,
-        default=Empty if default is None else default,
+        # The server's default when the field is absent or null (the Struct's is None).
+        schema_extra=None if default is None else {"default": default},
         description=f"{lead}{rule.low}–{rule.high}; else `{rule.code}`.",
     )
 

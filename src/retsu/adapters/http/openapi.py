@@ -43,6 +43,8 @@ from litestar.openapi.spec import (
     License,
     OpenAPIHeader,
     Operation,
+    Reference,
+    RequestBody,
     Schema,
     SecurityScheme,
     Tag,
@@ -153,27 +155,30 @@ def error_codes(handler: HTTPRouteHandler, dependencies: set[str]) -> dict[int, 
 
 def _problem_spec(status: int, codes: list[str]) -> ResponseSpec:
     listed = ", ".join(f"`{code}`" for code in codes)
-    title = HTTPStatus(status).phrase
     return ResponseSpec(
         data_container=Problem,
         media_type=PROBLEM_MEDIA_TYPE,
         generate_examples=False,
         description=f"{_ERROR_TEXT.get(status, 'Error')}. Codes: {listed}.",
-        examples=[
-            Example(
-                id=code,
-                summary=code,
-                value={
-                    "type": "about:blank",
-                    "title": title,
-                    "status": status,
-                    "detail": "A sentence about what went wrong.",
-                    "code": code,
-                },
-            )
-            for code in codes
-        ],
     )
+
+
+def _problem_examples(status: int, codes: list[str]) -> dict[str, Example | Reference]:
+    """One example per code, named after it (Litestar's own ``ResponseSpec.examples`` would
+    leak their ``id`` into the document, which is then invalid)."""
+    return {
+        code: Example(
+            summary=code,
+            value={
+                "type": "about:blank",
+                "title": HTTPStatus(status).phrase,
+                "status": status,
+                "detail": "A sentence about what went wrong.",
+                "code": code,
+            },
+        )
+        for code in codes
+    }
 
 
 def _scope_text(scopes: set[str | None]) -> str:
@@ -191,17 +196,21 @@ class _Operation(Operation):
 
     extra_headers: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     request_headers: ClassVar[Sequence[OpenAPIParameter]] = ()
+    error_codes: ClassVar[Mapping[int, list[str]]] = {}
 
     def __post_init__(self) -> None:
+        if self.security is None:
+            self.security = []  # explicitly open (Litestar leaves the key out)
         if self.request_headers:
             self.parameters = [*(self.parameters or []), *self.request_headers]
+        self._optional_body()
         for status, response in (self.responses or {}).items():
             if not hasattr(response, "headers"):
                 continue
             names = ["x-request-id"]
             if status == "401":
                 names.append("www-authenticate")
-            if status == "503" and self.security != []:
+            if status == "503" and self.security:
                 names.append("retry-after")
             headers = dict(response.headers or {})
             for name in names:
@@ -209,6 +218,27 @@ class _Operation(Operation):
             for name, text in self.extra_headers.get(status, {}).items():
                 headers[name] = _header(text)
             response.headers = headers
+            codes = self.error_codes.get(int(status))
+            problem = (response.content or {}).get(PROBLEM_MEDIA_TYPE)
+            if codes and problem is not None:
+                problem.examples = _problem_examples(int(status), codes)
+
+    def _optional_body(self) -> None:
+        """``data: Body | None = None`` is an optional body (none, or an empty one, takes
+        the defaults); Litestar documents it as a required body that may be JSON ``null``,
+        which is ``400 invalid_json`` here."""
+        body = self.request_body
+        if not isinstance(body, RequestBody):
+            return
+        for media in (body.content or {}).values():
+            schema = media.schema
+            if isinstance(schema, Schema) and schema.one_of:
+                branches = [
+                    b for b in schema.one_of if not (isinstance(b, Schema) and b.type == "null")
+                ]
+                if len(branches) < len(schema.one_of):
+                    body.required = False
+                    media.schema = branches[0] if len(branches) == 1 else Schema(one_of=branches)
 
 
 def _header(description: str) -> OpenAPIHeader:
@@ -246,6 +276,7 @@ def document(handler: HTTPRouteHandler, dependencies: set[str]) -> HTTPRouteHand
                 for status, headers in handler.opt.get("reply_headers", {}).items()
             },
             "request_headers": tuple(handler.opt.get("request_headers", ())),
+            "error_codes": errors,
         },
     )
     if not handler.tags:
@@ -305,14 +336,16 @@ open. Without a valid token, any `/v1` path â€” even one that matches no route â
 
 
 class _DocumentRouter(Router):
-    """Where Litestar serves the document: exactly ``/openapi.json``.
+    """Where Litestar serves the document: exactly ``/openapi.json``, nothing under it.
 
-    Litestar also mounts an HTML 404 catch-all (``/{path:str}``) under its schema router;
-    our unknown routes answer ``404 not_found`` as problem+json, so it is left out.
+    Litestar's schema router also gets an HTML 404 catch-all (``/{path:str}``) and a
+    second copy of the JSON at ``/openapi.json``; under this router's path both would be
+    extra routes (our unknown routes answer ``404 not_found`` as problem+json), so only
+    the root handler is registered.
     """
 
     def register(self, value: Any) -> list[Any]:
-        if isinstance(value, HTTPRouteHandler) and value.paths == {"/{path:str}"}:
+        if isinstance(value, HTTPRouteHandler) and value.paths != {"/"}:
             return []
         return super().register(value)
 

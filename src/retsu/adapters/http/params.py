@@ -77,7 +77,7 @@ TYPE_DECODERS = [(lambda target: target is Digits, decode_digits)]
 Limit = Annotated[
     Digits,
     QueryParameter(
-        schema_extra={"minimum": LIST_LIMIT.low, "maximum": LIST_LIMIT.high},
+        schema_extra={"type": "integer", "minimum": LIST_LIMIT.low, "maximum": LIST_LIMIT.high},
         description=f"Page size, {LIST_LIMIT.low}–{LIST_LIMIT.high} "
         f"(default {DEFAULT_LIST_LIMIT}). Else `400 {LIST_LIMIT.code}`.",
     ),
