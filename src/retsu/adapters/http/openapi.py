@@ -42,6 +42,7 @@ from litestar.openapi.spec import (
     Example,
     License,
     OpenAPIHeader,
+    OpenAPIResponse,
     Operation,
     Reference,
     RequestBody,
@@ -205,7 +206,7 @@ class _Operation(Operation):
             self.parameters = [*(self.parameters or []), *self.request_headers]
         self._optional_body()
         for status, response in (self.responses or {}).items():
-            if not hasattr(response, "headers"):
+            if not isinstance(response, OpenAPIResponse):
                 continue
             names = ["x-request-id"]
             if status == "401":
