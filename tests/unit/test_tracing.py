@@ -23,7 +23,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from retsu.adapters.http import ApiServices, create_app
 from retsu.adapters.http.middleware import (
     HttpMetricsMiddleware,
     RequestIdMiddleware,
@@ -42,10 +41,11 @@ from retsu.adapters.telemetry.metrics import Metrics
 from retsu.adapters.telemetry.tracing import Tracing, create_tracing, new_tracer_provider
 from retsu.domain.errors import QueueAlreadyExists
 from retsu.domain.message import MessageToStore
+from retsu.entrypoints.containers import ApiContainer
 
-# The HTTP tests' app wiring (services over the memory repository); this module only
-# swaps in an instrumented repository and a tracer.
-from tests.unit.http.conftest import clock, metrics, services  # noqa: F401
+# The HTTP tests' app wiring (the API container over the memory repository); this module
+# only swaps in an instrumented repository and a tracer.
+from tests.unit.http.conftest import clock, container, metrics, signals  # noqa: F401
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN_ID = "00f067aa0ba902b7"
@@ -94,8 +94,8 @@ def repository(
 
 
 @pytest.fixture
-def app(services: ApiServices, tracing: Tracing) -> Litestar:  # noqa: F811
-    return create_app(services, tracer=tracing.tracer)
+def app(container: ApiContainer, tracing: Tracing) -> Litestar:  # noqa: F811
+    return container.app(tracer=tracing.tracer)
 
 
 @pytest.fixture
@@ -284,7 +284,7 @@ def _layers(handler: Any) -> list[type]:
     return found
 
 
-def test_with_tracing_off_there_is_no_tracing_layer(services: ApiServices) -> None:  # noqa: F811
+def test_with_tracing_off_there_is_no_tracing_layer(container: ApiContainer) -> None:  # noqa: F811
     disabled = create_tracing(
         enabled=False,
         endpoint="http://127.0.0.1:4317",
@@ -295,16 +295,16 @@ def test_with_tracing_off_there_is_no_tracing_layer(services: ApiServices) -> No
     )
     assert disabled.tracer is None and not disabled.enabled
     assert disabled.shutdown() is True
-    layers = _layers(create_app(services, tracer=disabled.tracer).asgi_handler)
+    layers = _layers(container.app(tracer=disabled.tracer).asgi_handler)
     assert layers[:2] == [RequestIdMiddleware, HttpMetricsMiddleware]
     assert TracingMiddleware not in layers
 
 
 def test_with_tracing_on_the_layers_are_request_id_span_metrics(
-    services: ApiServices,  # noqa: F811
+    container: ApiContainer,  # noqa: F811
     tracing: Tracing,
 ) -> None:
-    layers = _layers(create_app(services, tracer=tracing.tracer).asgi_handler)
+    layers = _layers(container.app(tracer=tracing.tracer).asgi_handler)
     assert layers[:3] == [RequestIdMiddleware, TracingMiddleware, HttpMetricsMiddleware]
 
 
