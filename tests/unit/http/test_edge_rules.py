@@ -96,6 +96,17 @@ async def test_the_optional_dequeue_body(client: Client, new_queue: NewQueue) ->
     assert_problem(response, 415, "unsupported_media_type")
 
 
+async def test_a_repeated_idempotency_key_is_answered_before_a_bad_body(
+    app: Litestar, new_queue: NewQueue
+) -> None:
+    queue = (await new_queue())["id"]
+    key = (b"idempotency-key", b"k")
+    status, _, body = await raw_request(
+        app, "POST", f"/v1/queues/{queue}/messages", [*JSON, key, key], [b"{"]
+    )
+    assert status == 400 and b'"invalid_idempotency_key"' in body
+
+
 async def test_a_bad_path_is_answered_before_a_bad_body(client: Client) -> None:
     response = await client.post("/v1/queues/nope/messages", content=b"{", headers={})
     assert_problem(response, 400, "invalid_path")

@@ -168,8 +168,7 @@ class JsonRequest(Request[Any, Any, Any]):
         content_type = None
         for name, value in self.scope["headers"]:
             if name == b"content-type":
-                content_type = value
-                break
+                content_type = value  # sent twice: the last one counts
         if content_type is None or not is_json_media_type(content_type):
             raise unsupported_media_type()
         decoder = _body_decoder(self.route_handler)
@@ -265,6 +264,9 @@ def _rules(handler: HTTPRouteHandler, path_parameters: set[str]) -> list[Rule]:
             rules.append(_header(name))
         elif location == "query":
             rules.append(_query(name, kind))
+    # Headers a handler reads itself (documented with ``request_headers=``): refused when
+    # repeated, before the body is parsed.
+    rules.extend(_header(header.name) for header in handler.opt.get("request_headers", ()))
     return rules
 
 
