@@ -1,10 +1,10 @@
 """The contract's request rules that Litestar's typed parsing does not express by itself.
 
-Handlers declare what they take (``data: MessageBody``, ``queue_id: UUID``,
-``limit: Limit``, an ``Idempotency-Key`` header); Litestar extracts and converts it and
-``problems.py`` turns its validation failures into the contract's codes. Three rules need a
-small piece of our own, each because msgspec's lax conversion of strings (used by Litestar
-for every parameter) is more forgiving than the contract:
+Handlers declare what they take (``data: MessageBody``, ``queue_id: QueueId``,
+``limit: Limit``); Litestar extracts and converts it and ``problems.py`` turns its
+validation failures into the contract's codes. Three rules need a small piece of our own,
+mostly because msgspec's lax conversion (used by Litestar for parameters and, after a
+first decode to builtins, for bodies) is more forgiving than the contract:
 
 * ``JsonRequest.json`` decodes a body **strictly** into the handler's Struct (Litestar
   decodes to builtins, then converts leniently: ``"3"`` would pass as ``3``), after checking
@@ -15,14 +15,14 @@ for every parameter) is more forgiving than the contract:
   (Litestar never calls ``json()`` then).
 * ``check_request_rules`` (the app's ``before_request``): a UUID path or query value must be
   the canonical 36-character form (``uuid.UUID`` and msgspec also take 32 bare hex digits,
-  braces or ``urn:uuid:``); a declared query parameter or header given
-  twice is refused with its own code rather than silently picking one value. Unknown query
-  parameters are ignored, as HTTP clients expect.
+  braces or ``urn:uuid:``); a declared query parameter or header given twice is refused
+  with its own code rather than silently picking one value. Unknown query parameters are
+  ignored, as HTTP clients expect. (Integer query values: ``params.Digits``.)
 * ``parameter_code``: the error code of a parameter is ``invalid_<name>`` unless the
   contract names it otherwise.
 
-Ranges are not checked here: ``Parameter(ge=, le=)`` (query) or the domain (bodies) do it,
-with the field's own code. Each rule list is computed once per handler.
+Ranges are not checked here: the domain does it, with the field's own code. Each rule list
+is computed once per handler.
 """
 
 from __future__ import annotations
