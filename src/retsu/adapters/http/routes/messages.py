@@ -11,6 +11,7 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from retsu.adapters.http.dto import (
+    MAX_BATCH_SIZE,
     AcknowledgeBody,
     BatchAcknowledgeBody,
     BatchEnqueueBody,
@@ -41,7 +42,6 @@ from retsu.domain.errors import IdempotencyKeyConflict, InvalidInput, StaleRecei
 from retsu.domain.message import MESSAGE_DELAY, MESSAGE_TTL, VISIBILITY_CHANGE, NewMessage, Receipt
 from retsu.domain.queue import VISIBILITY_TIMEOUT
 
-MAX_BATCH_SIZE = 100
 MESSAGES = QUEUE + "/messages"
 _DEFAULT_DEQUEUE = DequeueOptions()
 _NO_CONTENT: Response[Any] = Response(None, status_code=204)
