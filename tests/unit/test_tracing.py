@@ -27,7 +27,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from retsu.adapters.http import ApiServices, create_app
 from retsu.adapters.http.middleware import (
     HttpMetricsMiddleware,
     RequestIdMiddleware,
@@ -50,8 +49,8 @@ from tests.support.memory.clock import FakeClock
 from tests.support.memory.repository import InMemoryRepository
 from tests.support.memory.storage import MemoryStorageContainer
 
-# The HTTP tests' services (for the layering tests only).
-from tests.unit.http.conftest import clock, metrics, repository, services  # noqa: F401
+# The HTTP tests' clock and metrics fixtures.
+from tests.unit.http.conftest import clock, metrics  # noqa: F401
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN_ID = "00f067aa0ba902b7"
@@ -305,7 +304,7 @@ def _layers(handler: Any) -> list[type]:
     return found
 
 
-def test_with_tracing_off_there_is_no_tracing_layer(services: ApiServices) -> None:  # noqa: F811
+def test_with_tracing_off_there_is_no_tracing_layer(container: ApiContainer) -> None:
     disabled = create_tracing(
         enabled=False,
         endpoint="http://127.0.0.1:4317",
@@ -316,16 +315,16 @@ def test_with_tracing_off_there_is_no_tracing_layer(services: ApiServices) -> No
     )
     assert disabled.tracer is None and not disabled.enabled
     assert disabled.shutdown() is True
-    layers = _layers(create_app(services, tracer=disabled.tracer).asgi_handler)
+    layers = _layers(container.app(tracer=disabled.tracer).asgi_handler)
     assert layers[:2] == [RequestIdMiddleware, HttpMetricsMiddleware]
     assert TracingMiddleware not in layers
 
 
 def test_with_tracing_on_the_layers_are_request_id_span_metrics(
-    services: ApiServices,  # noqa: F811
+    container: ApiContainer,
     tracing: Tracing,
 ) -> None:
-    layers = _layers(create_app(services, tracer=tracing.tracer).asgi_handler)
+    layers = _layers(container.app(tracer=tracing.tracer).asgi_handler)
     assert layers[:3] == [RequestIdMiddleware, TracingMiddleware, HttpMetricsMiddleware]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import sys
 import threading
@@ -47,6 +48,11 @@ class _ApiProcess(multiprocess.Process):
         self.child_conn.send(self.listening.is_set())
 
     def target(self, sockets: list[socket.socket] | None = None) -> None:
+        # Stopped before it serves (a replacement process still starting when the supervisor
+        # shuts down): nothing is in flight yet, so leave at once, successfully. Once the
+        # server runs, run_api's own handlers take over and stop it gracefully.
+        signal.signal(signal.SIGTERM, _exit_at_once)
+        signal.signal(signal.SIGINT, _exit_at_once)
         from retsu import __version__
         from retsu.adapters.telemetry.logging import configure_logging
         from retsu.entrypoints.api import run_api
@@ -68,6 +74,10 @@ class _ApiProcess(multiprocess.Process):
             print(f"retsu: {error}", file=sys.stderr)
             code = STARTUP_FAILURE
         raise SystemExit(code)
+
+
+def _exit_at_once(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 class _Supervisor(multiprocess.Multiprocess):

@@ -23,7 +23,6 @@ from retsu.adapters.cache.shared import RedisQueueDetails
 from retsu.adapters.http.app import create_app
 from retsu.adapters.http.auth import ApiToken, AuthConfig
 from retsu.adapters.http.management import create_management_app
-from retsu.adapters.http.services import ApiServices
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
@@ -84,6 +83,15 @@ def _auth_config(settings: Settings) -> AuthConfig:
             for token in settings.auth.tokens
         ),
     )
+
+
+def provider_map(container: containers.Container) -> dict[str, providers.Provider[object]]:
+    """A container's own providers by name (its dependency declarations left out)."""
+    return {
+        name: provider
+        for name, provider in container.providers.items()
+        if not isinstance(provider, providers.DependenciesContainer)
+    }
 
 
 def _milliseconds(value: int) -> float:
@@ -361,34 +369,14 @@ class ApiContainer(containers.DeclarativeContainer):
     )
     use_cases = providers.Container(UseCaseContainer, core=core, storage=storage, lookups=lookups)
 
-    services = providers.Singleton(
-        ApiServices,
-        create_queue=use_cases.create_queue,
-        update_queue=use_cases.update_queue,
-        enqueue=use_cases.enqueue,
-        dequeue=use_cases.dequeue,
-        acknowledge=use_cases.acknowledge,
-        list_queues=use_cases.list_queues,
-        get_queue=use_cases.get_queue,
-        pause_queue=use_cases.pause_queue,
-        resume_queue=use_cases.resume_queue,
-        purge_queue=use_cases.purge_queue,
-        delete_queue=use_cases.delete_queue,
-        enqueue_idempotent=use_cases.enqueue_idempotent,
-        change_visibility=use_cases.change_visibility,
-        list_dead_letters=use_cases.list_dead_letters,
-        get_dead_letter=use_cases.get_dead_letter,
-        redrive_dead_letter=use_cases.redrive_dead_letter,
-        redrive_dead_letters=use_cases.redrive_dead_letters,
-        delete_dead_letter=use_cases.delete_dead_letter,
-        list_audit_log=use_cases.list_audit_log,
-        readiness=storage.readiness.provider,
-        metrics=core.metrics,
-    )
     auth = providers.Callable(_auth_config, settings)
+    # The HTTP handlers take their use cases from this container's providers, by name
+    # (adapters/http/app.py): adding a use case is one UseCaseContainer line.
     app = providers.Singleton(
         create_app,
-        services=services,
+        use_cases=providers.Callable(provider_map, use_cases),
+        readiness=storage.readiness.provider,
+        metrics=core.metrics,
         auth=auth,
         tracer=core.tracer,
         on_startup=providers.List(storage.message_signals.provided.start),

@@ -1,4 +1,8 @@
-"""The HTTP app over the in-memory adapters, a fake clock and a fresh Metrics object."""
+"""The HTTP app as production builds it (``ApiContainer``), over the in-memory adapters.
+
+The container's storage, clock, metrics and readiness providers are overridden; the use
+cases, the caches' pass-through layers and the app itself are the production wiring.
+"""
 
 from __future__ import annotations
 
@@ -6,39 +10,54 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from dependency_injector import providers
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
-from retsu.adapters.http import ApiServices, create_app
-from retsu.adapters.system import Uuid7Generator
+from retsu.adapters.signals import InProcessMessageSignals
 from retsu.adapters.telemetry.metrics import Metrics
-from retsu.application.acknowledge import Acknowledge
-from retsu.application.change_visibility import ChangeVisibility
-from retsu.application.create_queue import CreateQueue
-from retsu.application.delete_dead_letter import DeleteDeadLetter
-from retsu.application.delete_queue import DeleteQueue
-from retsu.application.dequeue import Dequeue
-from retsu.application.enqueue import Enqueue
-from retsu.application.enqueue_idempotent import EnqueueIdempotent
-from retsu.application.get_dead_letter import GetDeadLetter
-from retsu.application.get_queue import GetQueue
-from retsu.application.list_audit_log import ListAuditLog
-from retsu.application.list_dead_letters import ListDeadLetters
-from retsu.application.list_queues import ListQueues
-from retsu.application.pause_queue import PauseQueue, ResumeQueue
-from retsu.application.purge_queue import PurgeQueue
-from retsu.application.redrive_dead_letter import RedriveDeadLetter
-from retsu.application.redrive_dead_letters import RedriveDeadLetters
-from retsu.application.update_queue import UpdateQueue
+from retsu.entrypoints.containers import ApiContainer
+from retsu.entrypoints.settings import build_settings
 from tests.support.memory.clock import FakeClock
 from tests.support.memory.repository import InMemoryRepository
 from tests.support.memory.secrets import RandomServerSecrets
+from tests.support.memory.storage import AnnouncingMemoryRepository, LocalMessageSignals
 from tests.unit.http.helpers import Client, NewQueue
+
+# Both caches off: lookups read the repository straight through (RepositoryQueueDetails,
+# DetailsQueueNames), so a test sees every change at once.
+NO_CACHES = {"cache": {"distributed": {"enabled": False}, "in_memory": {"enabled": False}}}
+
+
+LocalSignals = LocalMessageSignals
+
+
+STORAGE_PORTS = ("queues", "queue_state", "messages", "dead_letters", "audit_log")
 
 
 async def _ready() -> None:
     return None
+
+
+def api_container(
+    *,
+    clock: FakeClock,
+    repository: Any,
+    metrics: Metrics,
+    signals: InProcessMessageSignals | None = None,
+    secrets: Any = None,
+) -> ApiContainer:
+    """The production API container over memory adapters (no PostgreSQL, no Redis)."""
+    container = ApiContainer(settings=build_settings(NO_CACHES))
+    container.core.clock.override(providers.Object(clock))
+    container.core.metrics.override(providers.Object(metrics))
+    # One memory repository serves every storage port (tests hand in failing doubles too).
+    for port in STORAGE_PORTS:
+        getattr(container.storage, port).override(providers.Object(repository))
+    container.storage.secrets.override(providers.Object(secrets or RandomServerSecrets()))
+    container.storage.message_signals.override(providers.Object(signals or LocalSignals()))
+    container.storage.readiness.override(providers.Callable(_ready))
+    return container
 
 
 @pytest.fixture
@@ -47,8 +66,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def repository(clock: FakeClock) -> InMemoryRepository:
-    return InMemoryRepository(clock)
+def repository(clock: FakeClock, signals: InProcessMessageSignals) -> InMemoryRepository:
+    # Announces committed changes to long polls, as production's decorators do.
+    return AnnouncingMemoryRepository(clock, signals)
 
 
 @pytest.fixture
@@ -56,50 +76,21 @@ def metrics() -> Metrics:
     return Metrics()
 
 
-def build_services(
-    clock: FakeClock,
-    repository: InMemoryRepository,
-    metrics: Metrics,
-    secrets: RandomServerSecrets | None = None,
-) -> ApiServices:
-    """Every use case over the memory adapters (no caches), as the API container wires them."""
-    details = RepositoryQueueDetails(repository)
-    names = DetailsQueueNames(details)
-    ids = Uuid7Generator()
-    keys = secrets or RandomServerSecrets()
-    return ApiServices(
-        create_queue=CreateQueue(repository, details, names, ids, clock),
-        update_queue=UpdateQueue(repository, details, names),
-        enqueue=Enqueue(repository, details, ids, metrics),
-        dequeue=Dequeue(repository, details, metrics),
-        acknowledge=Acknowledge(repository, names, metrics),
-        list_queues=ListQueues(repository, keys),
-        get_queue=GetQueue(repository, repository),
-        pause_queue=PauseQueue(repository, details, names),
-        resume_queue=ResumeQueue(repository, details, names),
-        purge_queue=PurgeQueue(repository),
-        delete_queue=DeleteQueue(repository, details, names),
-        enqueue_idempotent=EnqueueIdempotent(repository, details, ids, metrics),
-        change_visibility=ChangeVisibility(repository, names),
-        list_dead_letters=ListDeadLetters(repository, details, keys),
-        get_dead_letter=GetDeadLetter(repository, details),
-        redrive_dead_letter=RedriveDeadLetter(repository, details, ids, metrics),
-        redrive_dead_letters=RedriveDeadLetters(repository, details, ids, metrics),
-        delete_dead_letter=DeleteDeadLetter(repository, details),
-        list_audit_log=ListAuditLog(repository, keys),
-        readiness=_ready,
-        metrics=metrics,
-    )
+@pytest.fixture
+def signals() -> InProcessMessageSignals:
+    return LocalSignals()
 
 
 @pytest.fixture
-def services(clock: FakeClock, repository: InMemoryRepository, metrics: Metrics) -> ApiServices:
-    return build_services(clock, repository, metrics)
+def container(
+    clock: FakeClock, repository: Any, metrics: Metrics, signals: InProcessMessageSignals
+) -> ApiContainer:
+    return api_container(clock=clock, repository=repository, metrics=metrics, signals=signals)
 
 
 @pytest.fixture
-def app(services: ApiServices) -> Litestar:
-    return create_app(services)
+def app(container: ApiContainer) -> Litestar:
+    return container.app()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from litestar import Litestar, Request, get
 from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 
-from retsu.adapters.http import ApiServices, create_app
 from retsu.adapters.http.auth import (
     ADMIN,
     MESSAGES,
@@ -29,6 +28,7 @@ from retsu.adapters.http.auth import (
 from retsu.adapters.http.caller import caller_of
 from retsu.adapters.telemetry.logging import redact_secrets
 from retsu.domain.audit import ANONYMOUS
+from retsu.entrypoints.containers import ApiContainer
 from tests.unit.http.helpers import MISSING_ID, Client, assert_problem, raw_request
 
 ADMIN_SECRET = "adm-7f3c9a1e5b2d4c8f"
@@ -85,8 +85,8 @@ def _concrete(template: str) -> str:
 
 
 @pytest.fixture
-def app(services: ApiServices) -> Litestar:
-    return create_app(services, auth=AUTH)
+def app(container: ApiContainer) -> Litestar:
+    return container.app(auth=AUTH)
 
 
 @pytest.fixture
@@ -403,9 +403,9 @@ async def test_unknown_paths_outside_v1_are_404_without_a_token(client: Client) 
     ids=["none", "default", "disabled-with-tokens"],
 )
 async def test_auth_disabled_leaves_everything_open(
-    services: ApiServices, config: AuthConfig | None
+    container: ApiContainer, config: AuthConfig | None
 ) -> None:
-    app = create_app(services, auth=config)
+    app = container.app(auth=config)
     assert not any(isinstance(m, AuthMiddleware) for m in _middleware_chain(app))
     async with AsyncTestClient(app=app) as client:
         response = await client.post("/v1/queues", json={"name": "open"})
@@ -554,7 +554,7 @@ def test_secrets_never_show_in_a_repr() -> None:
     assert "ops-team" in text
 
 
-def test_the_middleware_keeps_digests_not_secrets(services: ApiServices) -> None:
+def test_the_middleware_keeps_digests_not_secrets(container: ApiContainer) -> None:
     middleware = AuthMiddleware(lambda *_: None, AUTH)  # type: ignore[arg-type]
     _assert_no_secret(repr(vars(middleware)) if hasattr(middleware, "__dict__") else "")
     stored = {digest for digest, _ in middleware._tokens}

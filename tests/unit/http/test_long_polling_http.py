@@ -10,18 +10,18 @@ test client runs the app in a portal thread and blocks the loop for each request
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from dependency_injector import providers
 from litestar import Litestar
 
 from retsu.adapters.cache.passthrough import RepositoryQueueDetails
-from retsu.adapters.http import ApiServices, create_app
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue
+from retsu.entrypoints.containers import ApiContainer
 from tests.support.memory.clock import FakeClock
 from tests.support.memory.signals import FakeMessageSignals
 from tests.support.memory.storage import AnnouncingMemoryRepository
@@ -30,9 +30,19 @@ from tests.unit.http.helpers import NewQueue
 Client = httpx.AsyncClient
 
 
+class FakeSignals(FakeMessageSignals):
+    """Virtual-time signals, started and stopped with the app."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        self.close()
+
+
 @pytest.fixture
 def signals(clock: FakeClock) -> FakeMessageSignals:
-    return FakeMessageSignals(clock)
+    return FakeSignals(clock)
 
 
 @pytest.fixture
@@ -42,7 +52,7 @@ def repository(clock: FakeClock, signals: FakeMessageSignals) -> Any:
 
 @pytest.fixture
 def app(
-    services: ApiServices, repository: Any, metrics: Metrics, signals: FakeMessageSignals
+    container: ApiContainer, repository: Any, metrics: Metrics, signals: FakeMessageSignals
 ) -> Litestar:
     dequeue = Dequeue(
         repository,
@@ -51,7 +61,8 @@ def app(
         signals=signals,
         monotonic=signals.monotonic,
     )
-    return create_app(dataclasses.replace(services, dequeue=dequeue))
+    container.use_cases.dequeue.override(providers.Object(dequeue))
+    return container.app()
 
 
 @pytest.fixture

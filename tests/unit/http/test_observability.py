@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import re
 
 import pytest
+from dependency_injector import providers
 from litestar.testing import AsyncTestClient
 
-from retsu.adapters.http import ApiServices, create_app
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue, DequeueCommand
 from retsu.domain.message import DeliveredMessage
+from retsu.entrypoints.containers import ApiContainer
 from tests.support.memory.clock import FakeClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
@@ -84,9 +84,10 @@ class ExplodingDequeue(Dequeue):
 
 @pytest.mark.parametrize("debug", [False, True])
 async def test_unexpected_error_is_a_500_problem_without_stack_trace(
-    services: ApiServices, caplog: pytest.LogCaptureFixture, debug: bool
+    container: ApiContainer, caplog: pytest.LogCaptureFixture, debug: bool
 ) -> None:
-    app = create_app(dataclasses.replace(services, dequeue=ExplodingDequeue()), debug=debug)
+    container.use_cases.dequeue.override(providers.Object(ExplodingDequeue()))
+    app = container.app(debug=debug)
     caplog.set_level(logging.ERROR, logger="retsu.adapters.http")
     async with AsyncTestClient(app=app) as client:
         response = await client.post(
@@ -121,12 +122,13 @@ async def test_ready(client: Client) -> None:
 
 
 async def test_not_ready_when_readiness_raises(
-    services: ApiServices, caplog: pytest.LogCaptureFixture
+    container: ApiContainer, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def failing() -> None:
         raise ConnectionRefusedError("database down")
 
-    app = create_app(dataclasses.replace(services, readiness=failing))
+    container.storage.readiness.override(providers.Callable(failing))
+    app = container.app()
     async with AsyncTestClient(app=app) as client:
         response = await client.get("/health/ready")
         live = await client.get("/health/live")
@@ -136,13 +138,12 @@ async def test_not_ready_when_readiness_raises(
     assert any("database down" in r.getMessage() for r in caplog.records)
 
 
-async def test_not_ready_when_readiness_hangs(services: ApiServices) -> None:
+async def test_not_ready_when_readiness_hangs(container: ApiContainer) -> None:
     async def hanging() -> None:
         await asyncio.sleep(3600)
 
-    app = create_app(
-        dataclasses.replace(services, readiness=hanging), readiness_timeout_seconds=0.05
-    )
+    container.storage.readiness.override(providers.Callable(hanging))
+    app = container.app(readiness_timeout_seconds=0.05)
     async with AsyncTestClient(app=app) as client:
         response = await client.get("/health/ready")
     assert "0.05 s" in assert_problem(response, 503, "not_ready")["detail"]
@@ -230,9 +231,9 @@ async def test_metrics_count_dead_letters(
     assert 'queue_messages_dead_lettered_total{queue_name="jobs"} 1.0' in text
 
 
-async def test_each_app_reports_its_own_metrics(services: ApiServices) -> None:
-    other = dataclasses.replace(services, metrics=Metrics())
-    async with AsyncTestClient(app=create_app(other)) as client:
+async def test_each_app_reports_its_own_metrics(container: ApiContainer) -> None:
+    container.core.metrics.override(providers.Object(Metrics()))
+    async with AsyncTestClient(app=container.app()) as client:
         await client.get("/health/live")
         text = (await client.get("/metrics")).text
     assert 'http_server_requests_total{method="GET",route="/health/live",status="200"} 1.0' in text

@@ -1,31 +1,86 @@
-"""The Litestar application of the API role."""
+"""The Litestar application of the API role.
+
+Use cases reach the handlers through Litestar's dependency injection: ``use_cases`` maps
+each ``UseCaseContainer`` provider name to its provider (a zero-argument callable), and a
+handler asks for one by naming a parameter after it (``enqueue: Enqueue``). Each is built
+once, on first use, and cached (``use_cache``), so there is no per-request construction.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from litestar import Litestar
+from litestar import Litestar, Response, route
+from litestar.di import Provide
+from litestar.handlers import HTTPRouteHandler
+from litestar.routes import HTTPRoute
 from litestar.types import LifespanHook
 
 from retsu.adapters.http.auth import AuthConfig, AuthMiddleware, app_route_resolver
+from retsu.adapters.http.caller import caller_of
 from retsu.adapters.http.middleware import instrument_asgi
-from retsu.adapters.http.openapi import openapi_routes
+from retsu.adapters.http.openapi import (
+    StrictStructSchemaPlugin,
+    docs_page,
+    documented,
+    openapi_config,
+)
+from retsu.adapters.http.params import TYPE_DECODERS
 from retsu.adapters.http.problems import EXCEPTION_HANDLERS, MAX_BODY_BYTES
-from retsu.adapters.http.routes.audit import audit_routes
-from retsu.adapters.http.routes.dead_letters import dead_letter_routes
+from retsu.adapters.http.request_rules import JsonRequest, check_request_rules
+from retsu.adapters.http.routes import audit, dead_letters, messages, queues
 from retsu.adapters.http.routes.health import DEFAULT_READINESS_TIMEOUT_SECONDS, health_routes
-from retsu.adapters.http.routes.messages import message_routes
-from retsu.adapters.http.routes.queues import queue_routes
-from retsu.adapters.http.services import ApiServices
+from retsu.adapters.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
+# Every API route handler; a new route module adds its ROUTES here.
+API_ROUTES: Sequence[HTTPRouteHandler] = (
+    *queues.ROUTES,
+    *messages.ROUTES,
+    *dead_letters.ROUTES,
+    *audit.ROUTES,
+)
+
+
+def _provide(provider: Callable[[], object]) -> Provide:
+    def use_case() -> Any:
+        return provider()
+
+    return Provide(use_case, use_cache=True, sync_to_thread=False)
+
+
+def options_handlers(handlers: Iterable[HTTPRouteHandler]) -> list[HTTPRouteHandler]:
+    """One ``OPTIONS`` handler per path, answering ``204`` with every method of the path.
+
+    Litestar makes its own when a route is first registered and does not update its
+    ``allow`` when more handlers join the same path later (``/v1/queues/{queue_id}`` would
+    answer ``GET, OPTIONS`` while a 405 there lists PATCH and DELETE too).
+    """
+    methods: dict[str, set[str]] = defaultdict(lambda: {"OPTIONS"})
+    for handler in handlers:
+        for path in handler.paths:
+            methods[path].update(handler.http_methods)
+    return [_options(path, allowed) for path, allowed in sorted(methods.items())]
+
+
+def _options(path: str, allowed: set[str]) -> HTTPRouteHandler:
+    headers = {"allow": ", ".join(sorted(allowed))}
+
+    def answer() -> Response[None]:
+        return Response(None, status_code=204, headers=headers)
+
+    return route(path, http_method="OPTIONS", include_in_schema=False, sync_to_thread=False)(answer)
+
 
 def create_app(
-    services: ApiServices,
+    use_cases: Mapping[str, Callable[[], object]],
     *,
+    readiness: Callable[[], Awaitable[None]],
+    metrics: Metrics,
     debug: bool = False,
     on_startup: Sequence[LifespanHook] = (),
     on_shutdown: Sequence[LifespanHook] = (),
@@ -33,21 +88,24 @@ def create_app(
     auth: AuthConfig | None = None,
     tracer: Tracer | None = None,
 ) -> Litestar:
-    """``tracer``: the process's tracer when ``telemetry.traces.enabled``, else None."""
+    """``use_cases``: provider name → provider; ``tracer``: the process's tracer when
+    ``telemetry.traces.enabled``, else None."""
+    dependencies: dict[str, Provide] = {name: _provide(p) for name, p in use_cases.items()}
+    dependencies["caller"] = Provide(caller_of, sync_to_thread=False)
+    handlers = [
+        *documented(API_ROUTES, dependencies),
+        *documented(
+            health_routes(readiness, metrics, readiness_timeout_seconds=readiness_timeout_seconds)
+        ),
+        docs_page,
+    ]
     app = Litestar(
-        route_handlers=[
-            *queue_routes(services),
-            *message_routes(services),
-            *dead_letter_routes(services),
-            *audit_routes(services),
-            *health_routes(
-                services.readiness,
-                services.metrics,
-                readiness_timeout_seconds=readiness_timeout_seconds,
-            ),
-            # GET /openapi.json, open like health (adapters/http/openapi.py).
-            *openapi_routes(),
-        ],
+        # Ours first: Litestar adds its own OPTIONS to a path that has none yet.
+        route_handlers=[*options_handlers(handlers), *handlers],
+        dependencies=dependencies,
+        request_class=JsonRequest,
+        type_decoders=TYPE_DECODERS,
+        before_request=check_request_rules,
         exception_handlers=EXCEPTION_HANDLERS,
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
@@ -55,8 +113,8 @@ def create_app(
         # Logging is configured by the entrypoint (retsu.adapters.telemetry); errors are
         # logged by our own 500 handler with the request id.
         logging_config=None,
-        # Litestar's generator cannot see raw-read bodies; openapi.py builds the document.
-        openapi_config=None,
+        openapi_config=openapi_config(),
+        plugins=[StrictStructSchemaPlugin()],
         request_max_body_size=MAX_BODY_BYTES,
     )
     # Bearer-token auth (adapters/http/auth.py) sits inside the request-id and metrics
@@ -67,5 +125,21 @@ def create_app(
     # ASGI handler (routing and the app-level exception handler included) makes the
     # request id, the request's span and the HTTP metrics cover 404s, 405s and every
     # error response too.
-    app.asgi_handler = instrument_asgi(app.asgi_handler, services.metrics, tracer)
+    app.asgi_handler = instrument_asgi(app.asgi_handler, metrics, tracer)
+    _resolve_dependencies_in_sequence(app)
     return app
+
+
+def _resolve_dependencies_in_sequence(app: Litestar) -> None:
+    """Litestar resolves a handler's sibling dependencies concurrently, in an anyio task
+    group. Ours are cached singletons (a dictionary read each), so the task group was pure
+    overhead: it halved single-enqueue throughput (enqueue takes two use cases). Resolve
+    them one after the other instead, in the same dependency order."""
+    for app_route in app.routes:
+        if isinstance(app_route, HTTPRoute):
+            for _, kwargs_model in app_route.route_handler_map.values():
+                kwargs_model.dependency_batches = [
+                    {dependency}
+                    for batch in kwargs_model.dependency_batches
+                    for dependency in batch
+                ]

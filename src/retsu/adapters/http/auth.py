@@ -144,7 +144,7 @@ def required_scope(method: str, path: str) -> str | None:
 
 def route_scopes(app: Litestar) -> dict[tuple[str, str], str | None]:
     """The route→scope table of an app: ``(method, path template) → required scope`` for
-    every registered HTTP route (Litestar's automatic ``OPTIONS`` included)."""
+    every registered HTTP route (the ``OPTIONS`` answers included)."""
     table: dict[tuple[str, str], str | None] = {}
     for route in app.routes:
         if isinstance(route, HTTPRoute):

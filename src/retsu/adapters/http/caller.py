@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from litestar import Request
+
 from retsu.adapters.http.middleware import request_id_of
 from retsu.domain.audit import ANONYMOUS, Caller
 
 ACTOR_SCOPE_KEY = "retsu.actor"
 
 
-def caller_of(request: Any) -> Caller:
+def caller_of(request: Request[Any, Any, Any]) -> Caller:
+    """Injected as the ``caller`` dependency of operator routes."""
     scope = request.scope
-    return Caller(actor=scope.get(ACTOR_SCOPE_KEY, ANONYMOUS), request_id=request_id_of(scope))
+    actor = str(scope.get(ACTOR_SCOPE_KEY, ANONYMOUS))
+    return Caller(actor=actor, request_id=request_id_of(scope))

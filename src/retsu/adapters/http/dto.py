@@ -2,55 +2,140 @@
 
 Request Structs forbid unknown fields; optional fields default to ``None`` so that
 an explicit ``null`` means "absent". Integer fields are plain ``int`` (msgspec
-refuses bools and floats for them); their ranges are the domain's business.
+refuses bools and floats for them); their ranges are the domain's business and are only
+*documented* here. Handlers return the response Structs; Litestar encodes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
-from litestar import Response
+from litestar.params import KwargDefinition
 
-from retsu.domain.audit import AuditRecord
-from retsu.domain.message import DeadLetter, DeliveredMessage, Priority
-from retsu.domain.queue import Queue
+from retsu.domain.audit import AuditAction, AuditRecord
+from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS
+from retsu.domain.message import (
+    DEFAULT_REDRIVE_LIMIT,
+    MESSAGE_DELAY,
+    MESSAGE_TTL,
+    REDRIVE_LIMIT,
+    VISIBILITY_CHANGE,
+    DeadLetter,
+    DeliveredMessage,
+    Priority,
+)
+from retsu.domain.queue import (
+    DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    DEFAULT_MESSAGE_TTL,
+    DEFAULT_MESSAGE_TTL_SECONDS,
+    DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+    MAX_DELIVERY_ATTEMPTS,
+    NAME_MAX_LENGTH,
+    VISIBILITY_TIMEOUT,
+    Queue,
+)
+from retsu.domain.ranges import IntRange
 from retsu.domain.state import QueueStats
 
+MAX_BATCH_SIZE = 100
+# The queue-name rule of domain/queue.py, for the document (JSON Schema's regex dialect).
+QUEUE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$"
+
 # -- requests ---------------------------------------------------------------------
+# ``Doc`` annotations only document a field (msgspec ignores them): the domain checks the
+# ranges, so a bad value keeps the field's own code (``invalid_ttl``…), not invalid_json.
+
+
+def _range(rule: IntRange, text: str = "", default: int | None = None) -> KwargDefinition:
+    lead = f"{text} " if text else ""
+    return KwargDefinition(
+        ge=rule.low,
+        le=rule.high,
+        # The server's default when the field is absent or null (the Struct's is None).
+        schema_extra=None if default is None else {"default": default},
+        description=f"{lead}{rule.low}–{rule.high}; else `{rule.code}`.",
+    )
+
+
+_PRIORITIES = [p.name for p in sorted(Priority, reverse=True)]
+PriorityName = Annotated[str, KwargDefinition(enum=_PRIORITIES)]
+ActionName = Annotated[str, KwargDefinition(enum=[a.value for a in AuditAction])]
+_QUEUE_NAME = KwargDefinition(
+    min_length=1,
+    max_length=NAME_MAX_LENGTH,
+    pattern=QUEUE_NAME_PATTERN,
+    description="1–64 characters of a-z 0-9 . _ -, starting and ending with a letter or digit; "
+    "else `invalid_queue_name`.",
+)
+_VISIBILITY = _range(VISIBILITY_TIMEOUT)
+_ATTEMPTS = _range(MAX_DELIVERY_ATTEMPTS)
+_DEFAULT_TTL = _range(DEFAULT_MESSAGE_TTL)
+_BATCH = KwargDefinition(
+    min_items=1, max_items=MAX_BATCH_SIZE, description="1–100 entries; else `invalid_batch_size`."
+)
 
 
 class CreateQueueBody(msgspec.Struct, forbid_unknown_fields=True):
-    name: str
-    visibility_timeout_seconds: int | None = None
-    max_delivery_attempts: int | None = None
-    default_message_ttl_seconds: int | None = None
+    name: Annotated[str, _QUEUE_NAME]
+    visibility_timeout_seconds: Annotated[
+        int | None, _range(VISIBILITY_TIMEOUT, default=DEFAULT_VISIBILITY_TIMEOUT_SECONDS)
+    ] = None
+    max_delivery_attempts: Annotated[
+        int | None, _range(MAX_DELIVERY_ATTEMPTS, default=DEFAULT_MAX_DELIVERY_ATTEMPTS)
+    ] = None
+    default_message_ttl_seconds: Annotated[
+        int | None, _range(DEFAULT_MESSAGE_TTL, default=DEFAULT_MESSAGE_TTL_SECONDS)
+    ] = None
 
 
 class UpdateQueueBody(msgspec.Struct, forbid_unknown_fields=True):
-    visibility_timeout_seconds: int | None = None
-    max_delivery_attempts: int | None = None
-    default_message_ttl_seconds: int | None = None
+    visibility_timeout_seconds: Annotated[int | None, _VISIBILITY] = None
+    max_delivery_attempts: Annotated[int | None, _ATTEMPTS] = None
+    default_message_ttl_seconds: Annotated[int | None, _DEFAULT_TTL] = None
 
 
 class MessageBody(msgspec.Struct, forbid_unknown_fields=True):
-    payload: str
-    priority: str
-    ttl_seconds: int | None = None
-    delay_seconds: int | None = None
+    payload: Annotated[
+        str,
+        KwargDefinition(
+            description="Any text without the NUL character U+0000; else `invalid_payload`."
+        ),
+    ]
+    priority: Annotated[
+        str,
+        KwargDefinition(
+            enum=_PRIORITIES,
+            description="HIGH, MEDIUM or LOW; else `invalid_priority`.",
+        ),
+    ]
+    ttl_seconds: Annotated[
+        int | None,
+        _range(MESSAGE_TTL, "The lifetime in seconds; default: the queue's own."),
+    ] = None
+    delay_seconds: Annotated[
+        int | None,
+        _range(MESSAGE_DELAY, "Deliverable only after this delay, shorter than the lifetime.", 0),
+    ] = None
 
 
 class BatchEnqueueBody(msgspec.Struct, forbid_unknown_fields=True):
-    messages: list[MessageBody]
+    messages: Annotated[list[MessageBody], _BATCH]
 
 
 class DequeueBody(msgspec.Struct, forbid_unknown_fields=True):
-    wait_seconds: int | None = None
-    visibility_timeout_seconds: int | None = None
-    max_messages: int | None = None
+    wait_seconds: Annotated[
+        int | None, _range(WAIT_SECONDS, "Long-poll up to this many seconds.", 0)
+    ] = None
+    visibility_timeout_seconds: Annotated[
+        int | None, _range(VISIBILITY_TIMEOUT, "Overrides the queue's visibility timeout.")
+    ] = None
+    max_messages: Annotated[
+        int | None,
+        _range(MAX_MESSAGES, 'Present: answer `{"messages": [...]}` with up to this many.'),
+    ] = None
 
 
 class AcknowledgeBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -63,27 +148,19 @@ class ReceiptBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class BatchAcknowledgeBody(msgspec.Struct, forbid_unknown_fields=True):
-    messages: list[ReceiptBody]
+    messages: Annotated[list[ReceiptBody], _BATCH]
 
 
 class VisibilityBody(msgspec.Struct, forbid_unknown_fields=True):
     receipt_handle: str
-    visibility_timeout_seconds: int
+    visibility_timeout_seconds: Annotated[
+        int, _range(VISIBILITY_CHANGE, "The lease ends this many seconds from now; 0 releases it.")
+    ]
 
 
 class RedriveBody(msgspec.Struct, forbid_unknown_fields=True):
-    limit: int | None = None
+    limit: Annotated[int | None, _range(REDRIVE_LIMIT, default=DEFAULT_REDRIVE_LIMIT)] = None
 
-
-CREATE_QUEUE = msgspec.json.Decoder(CreateQueueBody)
-UPDATE_QUEUE = msgspec.json.Decoder(UpdateQueueBody)
-MESSAGE = msgspec.json.Decoder(MessageBody)
-BATCH_ENQUEUE = msgspec.json.Decoder(BatchEnqueueBody)
-DEQUEUE = msgspec.json.Decoder(DequeueBody)
-ACKNOWLEDGE = msgspec.json.Decoder(AcknowledgeBody)
-BATCH_ACKNOWLEDGE = msgspec.json.Decoder(BatchAcknowledgeBody)
-VISIBILITY = msgspec.json.Decoder(VisibilityBody)
-REDRIVE = msgspec.json.Decoder(RedriveBody)
 
 # -- responses ----------------------------------------------------------------------
 
@@ -127,7 +204,7 @@ class PurgedOut(msgspec.Struct, gc=False):
 class DeadLetterOut(msgspec.Struct, gc=False):
     id: UUID
     payload: str
-    priority: str
+    priority: PriorityName
     delivery_attempts: int
     enqueued_at: datetime
     last_delivered_at: datetime | None
@@ -148,7 +225,7 @@ class AuditRecordOut(msgspec.Struct):
     id: UUID
     at: datetime
     actor: str
-    action: str
+    action: ActionName
     target_type: str
     target_id: str
     request_id: str | None
@@ -171,8 +248,10 @@ class IdsOut(msgspec.Struct):
 class MessageOut(msgspec.Struct, gc=False):
     id: UUID
     payload: str
-    priority: str
-    receipt_handle: str
+    priority: PriorityName
+    receipt_handle: Annotated[
+        str, KwargDefinition(description="Opaque; valid for this delivery only.")
+    ]
     delivery_attempts: int
     enqueued_at: datetime
 
@@ -261,24 +340,3 @@ def message_out(message: DeliveredMessage) -> MessageOut:
         delivery_attempts=message.delivery_attempts,
         enqueued_at=_utc(message.enqueued_at),
     )
-
-
-# -- encoding ------------------------------------------------------------------------
-
-_encoder = msgspec.json.Encoder()
-JSON_MEDIA_TYPE = "application/json"
-
-
-def json_response(
-    body: msgspec.Struct, status: int = 200, headers: Mapping[str, str] | None = None
-) -> Response[bytes]:
-    return Response(
-        content=_encoder.encode(body),
-        status_code=status,
-        media_type=JSON_MEDIA_TYPE,
-        headers=dict(headers) if headers else None,
-    )
-
-
-def no_content() -> Response[bytes]:
-    return Response(content=b"", status_code=204)

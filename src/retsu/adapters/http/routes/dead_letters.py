@@ -2,94 +2,123 @@
 
 from __future__ import annotations
 
-from typing import Any
+from litestar import delete, get, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
 
-from litestar import Request, Response, delete, get, post
-from litestar.handlers import HTTPRouteHandler
-from litestar.params import FromPath
-
-from retsu.adapters.http.body import parse_path_id, read_optional_json
-from retsu.adapters.http.caller import caller_of
 from retsu.adapters.http.dto import (
-    REDRIVE,
+    DeadLetterOut,
     DeadLettersOut,
     IdOut,
+    RedriveBody,
     RedrivenOut,
     dead_letter_out,
-    json_response,
 )
-from retsu.adapters.http.query import query_int, query_text
-from retsu.adapters.http.services import ApiServices
-from retsu.application.delete_dead_letter import DeleteDeadLetterCommand
-from retsu.application.list_dead_letters import ListDeadLettersQuery
-from retsu.application.redrive_dead_letter import RedriveDeadLetterCommand
-from retsu.application.redrive_dead_letters import RedriveDeadLettersCommand
-from retsu.domain.cursor import DEFAULT_LIST_LIMIT
-from retsu.domain.message import DEFAULT_REDRIVE_LIMIT
+from retsu.adapters.http.params import DEFAULT_LIMIT, QUEUE, Cursor, Limit, MessageId, QueueId
+from retsu.application.delete_dead_letter import DeleteDeadLetter, DeleteDeadLetterCommand
+from retsu.application.get_dead_letter import GetDeadLetter
+from retsu.application.list_dead_letters import ListDeadLetters, ListDeadLettersQuery
+from retsu.application.redrive_dead_letter import RedriveDeadLetter, RedriveDeadLetterCommand
+from retsu.application.redrive_dead_letters import (
+    RedriveDeadLetters,
+    RedriveDeadLettersCommand,
+)
+from retsu.domain.audit import Caller
+from retsu.domain.errors import DeadLetterNotFound
+from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT
 
-_BASE = "/v1/queues/{queue_id:str}/dead-letters"
+DEAD_LETTERS = QUEUE + "/dead-letters"
+ONE = DEAD_LETTERS + "/{message_id:str}"
 
 
-def dead_letter_routes(services: ApiServices) -> list[HTTPRouteHandler]:
-    list_dead_letters = services.list_dead_letters
-    get_dead_letter = services.get_dead_letter
-    redrive_dead_letter = services.redrive_dead_letter
-    redrive_dead_letters = services.redrive_dead_letters
-    delete_dead_letter = services.delete_dead_letter
+@get(
+    DEAD_LETTERS,
+    summary="List dead letters",
+    response_description="One page of dead letters, newest first.",
+)
+async def list_dead_letters_page(
+    queue_id: QueueId,
+    list_dead_letters: NamedDependency[ListDeadLetters],
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+) -> DeadLettersOut:
+    page = await list_dead_letters(
+        ListDeadLettersQuery(queue_id=queue_id, limit=limit, cursor=cursor)
+    )
+    return DeadLettersOut(
+        items=[dead_letter_out(d) for d in page.items], next_cursor=page.next_cursor
+    )
 
-    @get(_BASE)
-    async def list_all(request: Request[Any, Any, Any], queue_id: FromPath[str]) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        page = await list_dead_letters(
-            ListDeadLettersQuery(
-                queue_id=qid,
-                limit=query_int(request, "limit", "invalid_limit", DEFAULT_LIST_LIMIT),
-                cursor=query_text(request, "cursor", "invalid_cursor"),
-            )
-        )
-        return json_response(
-            DeadLettersOut(
-                items=[dead_letter_out(d) for d in page.items], next_cursor=page.next_cursor
-            )
-        )
 
-    @get(_BASE + "/{message_id:str}")
-    async def read(queue_id: FromPath[str], message_id: FromPath[str]) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        mid = parse_path_id(message_id, "message_id")
-        return json_response(dead_letter_out(await get_dead_letter(qid, mid)))
+@get(ONE, summary="Get a dead letter", errors=(DeadLetterNotFound,))
+async def get_one_dead_letter(
+    queue_id: QueueId, message_id: MessageId, get_dead_letter: NamedDependency[GetDeadLetter]
+) -> DeadLetterOut:
+    return dead_letter_out(await get_dead_letter(queue_id, message_id))
 
-    @post(_BASE + "/{message_id:str}/redrive")
-    async def redrive_one(
-        request: Request[Any, Any, Any], queue_id: FromPath[str], message_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        mid = parse_path_id(message_id, "message_id")
-        new_id = await redrive_dead_letter(
-            RedriveDeadLetterCommand(queue_id=qid, message_id=mid, caller=caller_of(request))
-        )
-        return json_response(IdOut(id=new_id), 201)
 
-    @post(_BASE + "/redrive")
-    async def redrive_many(
-        request: Request[Any, Any, Any], queue_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        body = await read_optional_json(request, REDRIVE)  # the body is optional
-        limit = DEFAULT_REDRIVE_LIMIT if body is None or body.limit is None else body.limit
-        redriven = await redrive_dead_letters(
-            RedriveDeadLettersCommand(queue_id=qid, limit=limit, caller=caller_of(request))
-        )
-        return json_response(RedrivenOut(redriven=redriven))
+@post(
+    ONE + "/redrive",
+    summary="Redrive a dead letter",
+    description="Same payload and priority, attempts 0, the queue's default lifetime; the "
+    "record is removed in the same transaction. Writes `dead_letter.redriven`.",
+    response_description="The id of the fresh message put back on the queue.",
+    errors=(DeadLetterNotFound,),
+)
+async def redrive_one(
+    queue_id: QueueId,
+    message_id: MessageId,
+    redrive_dead_letter: NamedDependency[RedriveDeadLetter],
+    caller: NamedDependency[Caller],
+) -> IdOut:
+    new_id = await redrive_dead_letter(
+        RedriveDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+    return IdOut(id=new_id)
 
-    @delete(_BASE + "/{message_id:str}")  # 204, no body
-    async def remove(
-        request: Request[Any, Any, Any], queue_id: FromPath[str], message_id: FromPath[str]
-    ) -> None:
-        qid = parse_path_id(queue_id, "queue_id")
-        mid = parse_path_id(message_id, "message_id")
-        await delete_dead_letter(
-            DeleteDeadLetterCommand(queue_id=qid, message_id=mid, caller=caller_of(request))
-        )
 
-    return [list_all, read, redrive_one, redrive_many, remove]
+@post(
+    DEAD_LETTERS + "/redrive",
+    status_code=200,
+    summary="Redrive dead letters in bulk",
+    description="Oldest first. The body is optional. Writes `dead_letter.redriven`.",
+    response_description="How many were redriven.",
+    errors=(REDRIVE_LIMIT,),
+)
+async def redrive_many(
+    queue_id: QueueId,
+    redrive_dead_letters: NamedDependency[RedriveDeadLetters],
+    caller: NamedDependency[Caller],
+    data: JSONBody[RedriveBody | None] = None,
+) -> RedrivenOut:
+    limit = DEFAULT_REDRIVE_LIMIT if data is None or data.limit is None else data.limit
+    redriven = await redrive_dead_letters(
+        RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller)
+    )
+    return RedrivenOut(redriven=redriven)
+
+
+@delete(
+    ONE,
+    summary="Delete a dead letter",
+    description="Writes the audit entry `dead_letter.deleted`.",
+    errors=(DeadLetterNotFound,),
+)
+async def remove_dead_letter(
+    queue_id: QueueId,
+    message_id: MessageId,
+    delete_dead_letter: NamedDependency[DeleteDeadLetter],
+    caller: NamedDependency[Caller],
+) -> None:
+    await delete_dead_letter(
+        DeleteDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+
+
+ROUTES = [
+    list_dead_letters_page,
+    get_one_dead_letter,
+    redrive_one,
+    redrive_many,
+    remove_dead_letter,
+]

@@ -7,55 +7,46 @@ from collections.abc import Sequence
 from typing import Any
 
 from litestar import Request, Response, post
-from litestar.handlers import HTTPRouteHandler
-from litestar.params import FromPath
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
 
-from retsu.adapters.http.body import parse_path_id, read_json, read_optional_json
 from retsu.adapters.http.dto import (
-    ACKNOWLEDGE,
-    BATCH_ACKNOWLEDGE,
-    BATCH_ENQUEUE,
-    DEQUEUE,
-    MESSAGE,
-    VISIBILITY,
+    MAX_BATCH_SIZE,
+    AcknowledgeBody,
+    BatchAcknowledgeBody,
+    BatchEnqueueBody,
+    DequeueBody,
     IdOut,
     IdsOut,
     MessageBody,
+    MessageOut,
     MessagesOut,
-    json_response,
+    VisibilityBody,
     message_out,
-    no_content,
 )
-from retsu.adapters.http.problems import RequestProblem
-from retsu.adapters.http.services import ApiServices
-from retsu.application.acknowledge import AcknowledgeCommand
-from retsu.application.change_visibility import ChangeVisibilityCommand
-from retsu.application.dequeue import DequeueCommand
-from retsu.application.enqueue import EnqueueCommand
-from retsu.application.enqueue_idempotent import EnqueueIdempotentCommand
-from retsu.domain.dequeue import DequeueOptions
-from retsu.domain.errors import InvalidInput
-from retsu.domain.message import NewMessage, Receipt
+from retsu.adapters.http.params import (
+    IDEMPOTENCY_KEY,
+    QUEUE,
+    MessageId,
+    QueueId,
+    idempotency_key_of,
+)
+from retsu.adapters.http.request_rules import RequestProblem
+from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
+from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
+from retsu.application.dequeue import Dequeue, DequeueCommand
+from retsu.application.enqueue import Enqueue, EnqueueCommand
+from retsu.application.enqueue_idempotent import EnqueueIdempotent, EnqueueIdempotentCommand
+from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS, DequeueOptions
+from retsu.domain.errors import IdempotencyKeyConflict, InvalidInput, StaleReceiptHandle
+from retsu.domain.message import MESSAGE_DELAY, MESSAGE_TTL, VISIBILITY_CHANGE, NewMessage, Receipt
+from retsu.domain.queue import VISIBILITY_TIMEOUT
 
-MAX_BATCH_SIZE = 100
+MESSAGES = QUEUE + "/messages"
 _DEFAULT_DEQUEUE = DequeueOptions()
-IDEMPOTENCY_KEY_HEADER = b"idempotency-key"
+_NO_CONTENT: Response[Any] = Response(None, status_code=204)
 _REPLAYED = {"idempotent-replayed": "true"}
-
-
-def _idempotency_key(request: Request[Any, Any, Any]) -> str | None:
-    """The Idempotency-Key header as sent (None when absent). Sent twice, it is refused:
-    which of the two would count is anybody's guess."""
-    values = [value for name, value in request.scope["headers"] if name == IDEMPOTENCY_KEY_HEADER]
-    if not values:
-        return None
-    if len(values) > 1:
-        raise RequestProblem(
-            400, "invalid_idempotency_key", "Send at most one Idempotency-Key header."
-        )
-    # Latin-1 maps every byte to one character, so a non-ASCII byte stays visible to
-    # the domain's check (and is refused there).
-    return values[0].decode("latin-1")
+_MESSAGE_CODES = ("invalid_payload", "invalid_priority", MESSAGE_TTL, MESSAGE_DELAY)
 
 
 def _check_batch_size(size: int) -> None:
@@ -71,131 +62,177 @@ def _new_message(body: MessageBody) -> NewMessage:
     return NewMessage.parse(body.payload, body.priority, body.ttl_seconds, body.delay_seconds)
 
 
-def _indexed(index: int, error: InvalidInput) -> InvalidInput:
-    return InvalidInput(f"messages[{index}]: {error.detail}", code=error.code)
-
-
 def _new_messages(bodies: Sequence[MessageBody]) -> list[NewMessage]:
     messages = []
     for index, body in enumerate(bodies):
         try:
             messages.append(_new_message(body))
         except InvalidInput as error:
-            raise _indexed(index, error) from None
+            raise InvalidInput(f"messages[{index}]: {error.detail}", code=error.code) from None
     return messages
 
 
-def message_routes(services: ApiServices) -> list[HTTPRouteHandler]:
-    enqueue = services.enqueue
-    enqueue_idempotent = services.enqueue_idempotent
-    dequeue = services.dequeue
-    acknowledge = services.acknowledge
-    change_visibility = services.change_visibility
-
-    @post("/v1/queues/{queue_id:str}/messages")
-    async def enqueue_one(
-        request: Request[Any, Any, Any], queue_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        key = _idempotency_key(request)
-        message = _new_message(await read_json(request, MESSAGE))
-        if key is None:
-            ids = await enqueue(EnqueueCommand(queue_id=qid, messages=(message,)))
-            return json_response(IdOut(id=ids[0]), 201)
-        result = await enqueue_idempotent(
-            EnqueueIdempotentCommand(queue_id=qid, message=message, idempotency_key=key)
+@post(
+    MESSAGES,
+    summary="Enqueue a message",
+    description="`invalid_delay` also when the delay is not shorter than the lifetime.",
+    response_description="The new message's id.",
+    errors=(*_MESSAGE_CODES, "invalid_idempotency_key", IdempotencyKeyConflict),
+    replies={
+        200: (
+            IdOut,
+            "A repeat of an earlier request with the same Idempotency-Key and message: "
+            "the original id, with `idempotent-replayed: true`.",
         )
-        if result.replayed:
-            return json_response(IdOut(id=result.id), 200, _REPLAYED)
-        return json_response(IdOut(id=result.id), 201)
-
-    @post("/v1/queues/{queue_id:str}/messages/batch")
-    async def enqueue_batch(
-        request: Request[Any, Any, Any], queue_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        if _idempotency_key(request) is not None:
-            raise RequestProblem(
-                400,
-                "invalid_idempotency_key",
-                "The batch route does not take an Idempotency-Key; send messages one by one "
-                "to make them idempotent.",
-            )
-        body = await read_json(request, BATCH_ENQUEUE)
-        _check_batch_size(len(body.messages))
-        messages = _new_messages(body.messages)
-        ids = await enqueue(EnqueueCommand(queue_id=qid, messages=messages, batch=True))
-        return json_response(IdsOut(ids=ids), 201)
-
-    @post("/v1/queues/{queue_id:str}/messages/dequeue")
-    async def dequeue_messages(
-        request: Request[Any, Any, Any], queue_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        body = await read_optional_json(request, DEQUEUE)
-        if body is None:
-            options = _DEFAULT_DEQUEUE
-        else:
-            options = DequeueOptions(
-                wait_seconds=0 if body.wait_seconds is None else body.wait_seconds,
-                visibility_timeout_seconds=body.visibility_timeout_seconds,
-                max_messages=body.max_messages,
-            )
-        delivered = await dequeue(DequeueCommand(queue_id=qid, options=options))
-        if options.max_messages is None:
-            if not delivered:
-                return no_content()
-            return json_response(message_out(delivered[0]))
-        return json_response(MessagesOut(messages=[message_out(m) for m in delivered]))
-
-    @post("/v1/queues/{queue_id:str}/messages/{message_id:str}/acknowledge")
-    async def acknowledge_one(
-        request: Request[Any, Any, Any], queue_id: FromPath[str], message_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        mid = parse_path_id(message_id, "message_id")
-        body = await read_json(request, ACKNOWLEDGE)
-        await acknowledge(
-            AcknowledgeCommand(queue_id=qid, receipts=(Receipt(mid, body.receipt_handle),))
+    },
+    reply_headers={200: {"idempotent-replayed": "`true`: this answers a repeat."}},
+    request_headers=(IDEMPOTENCY_KEY,),
+)
+async def enqueue_message(
+    queue_id: QueueId,
+    data: JSONBody[MessageBody],
+    enqueue: NamedDependency[Enqueue],
+    enqueue_idempotent: NamedDependency[EnqueueIdempotent],
+    request: Request[Any, Any, Any],
+) -> Response[IdOut]:
+    idempotency_key = idempotency_key_of(request)
+    message = _new_message(data)
+    if idempotency_key is None:
+        ids = await enqueue(EnqueueCommand(queue_id=queue_id, messages=(message,)))
+        return Response(IdOut(id=ids[0]), status_code=201)
+    result = await enqueue_idempotent(
+        EnqueueIdempotentCommand(
+            queue_id=queue_id, message=message, idempotency_key=idempotency_key
         )
-        return no_content()
+    )
+    if result.replayed:
+        return Response(IdOut(id=result.id), status_code=200, headers=_REPLAYED)
+    return Response(IdOut(id=result.id), status_code=201)
 
-    @post("/v1/queues/{queue_id:str}/messages/acknowledge")
-    async def acknowledge_batch(
-        request: Request[Any, Any, Any], queue_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        body = await read_json(request, BATCH_ACKNOWLEDGE)
-        _check_batch_size(len(body.messages))
-        await acknowledge(
-            AcknowledgeCommand(
-                queue_id=qid,
-                receipts=[Receipt(r.id, r.receipt_handle) for r in body.messages],
-            )
+
+@post(
+    MESSAGES + "/batch",
+    summary="Enqueue 1–100 messages at once",
+    description="All or nothing: one invalid entry rejects the batch with its index in "
+    "`detail`. The Idempotency-Key header is not accepted here "
+    "(`400 invalid_idempotency_key`): send messages one by one to make them idempotent.",
+    response_description="The new ids, in request order.",
+    errors=("invalid_batch_size", *_MESSAGE_CODES, "invalid_idempotency_key"),
+    request_headers=(IDEMPOTENCY_KEY,),
+)
+async def enqueue_batch(
+    queue_id: QueueId,
+    data: JSONBody[BatchEnqueueBody],
+    enqueue: NamedDependency[Enqueue],
+    request: Request[Any, Any, Any],
+) -> IdsOut:
+    if idempotency_key_of(request) is not None:
+        raise RequestProblem(
+            400,
+            "invalid_idempotency_key",
+            "The batch route does not take an Idempotency-Key; send messages one by one "
+            "to make them idempotent.",
         )
-        return no_content()
+    _check_batch_size(len(data.messages))
+    messages = _new_messages(data.messages)
+    ids = await enqueue(EnqueueCommand(queue_id=queue_id, messages=messages, batch=True))
+    return IdsOut(ids=ids)
 
-    @post("/v1/queues/{queue_id:str}/messages/{message_id:str}/visibility")
-    async def visibility(
-        request: Request[Any, Any, Any], queue_id: FromPath[str], message_id: FromPath[str]
-    ) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        mid = parse_path_id(message_id, "message_id")
-        body = await read_json(request, VISIBILITY)
-        await change_visibility(
-            ChangeVisibilityCommand(
-                queue_id=qid,
-                receipt=Receipt(mid, body.receipt_handle),
-                visibility_timeout_seconds=body.visibility_timeout_seconds,
-            )
+
+@post(
+    MESSAGES + "/dequeue",
+    status_code=200,
+    summary="Take the next message(s)",
+    description="Highest priority first, FIFO within a priority. The body is optional "
+    "(no body, or an empty one, takes the defaults).",
+    response_description='Without `max_messages`: one message; with it: `{"messages": [...]}` '
+    "(possibly empty).",
+    errors=(WAIT_SECONDS, VISIBILITY_TIMEOUT, MAX_MESSAGES),
+    replies={204: (None, "Without `max_messages`: nothing deliverable within `wait_seconds`.")},
+)
+async def dequeue_messages(
+    queue_id: QueueId, dequeue: NamedDependency[Dequeue], data: JSONBody[DequeueBody | None] = None
+) -> Response[MessageOut | MessagesOut]:
+    if data is None:
+        options = _DEFAULT_DEQUEUE
+    else:
+        options = DequeueOptions(
+            wait_seconds=0 if data.wait_seconds is None else data.wait_seconds,
+            visibility_timeout_seconds=data.visibility_timeout_seconds,
+            max_messages=data.max_messages,
         )
-        return no_content()
+    delivered = await dequeue(DequeueCommand(queue_id=queue_id, options=options))
+    if options.max_messages is not None:
+        return Response(MessagesOut(messages=[message_out(m) for m in delivered]))
+    if not delivered:
+        return _NO_CONTENT
+    return Response(message_out(delivered[0]))
 
-    return [
-        enqueue_one,
-        enqueue_batch,
-        dequeue_messages,
-        acknowledge_one,
-        acknowledge_batch,
-        visibility,
-    ]
+
+@post(
+    MESSAGES + "/{message_id:str}/acknowledge",
+    status_code=204,
+    summary="Acknowledge a message",
+    response_description="Done — also when already removed, stale or timed out (idempotent).",
+)
+async def acknowledge_message(
+    queue_id: QueueId,
+    message_id: MessageId,
+    data: JSONBody[AcknowledgeBody],
+    acknowledge: NamedDependency[Acknowledge],
+) -> None:
+    await acknowledge(
+        AcknowledgeCommand(queue_id=queue_id, receipts=(Receipt(message_id, data.receipt_handle),))
+    )
+
+
+@post(
+    MESSAGES + "/acknowledge",
+    status_code=204,
+    summary="Acknowledge 1–100 messages",
+    response_description="Done, with the single acknowledge's rule per entry.",
+    errors=("invalid_batch_size",),
+)
+async def acknowledge_messages(
+    queue_id: QueueId,
+    data: JSONBody[BatchAcknowledgeBody],
+    acknowledge: NamedDependency[Acknowledge],
+) -> None:
+    _check_batch_size(len(data.messages))
+    await acknowledge(
+        AcknowledgeCommand(
+            queue_id=queue_id, receipts=[Receipt(r.id, r.receipt_handle) for r in data.messages]
+        )
+    )
+
+
+@post(
+    MESSAGES + "/{message_id:str}/visibility",
+    status_code=204,
+    summary="Change a delivery's visibility timeout",
+    response_description="The lease now ends that many seconds from now (0 = release now).",
+    errors=(VISIBILITY_CHANGE, StaleReceiptHandle),
+)
+async def change_message_visibility(
+    queue_id: QueueId,
+    message_id: MessageId,
+    data: JSONBody[VisibilityBody],
+    change_visibility: NamedDependency[ChangeVisibility],
+) -> None:
+    await change_visibility(
+        ChangeVisibilityCommand(
+            queue_id=queue_id,
+            receipt=Receipt(message_id, data.receipt_handle),
+            visibility_timeout_seconds=data.visibility_timeout_seconds,
+        )
+    )
+
+
+ROUTES = [
+    enqueue_message,
+    enqueue_batch,
+    dequeue_messages,
+    acknowledge_message,
+    acknowledge_messages,
+    change_message_visibility,
+]

@@ -2,112 +2,168 @@
 
 from __future__ import annotations
 
-from typing import Any
+from litestar import delete, get, patch, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
 
-from litestar import Request, Response, delete, get, patch, post
-from litestar.handlers import HTTPRouteHandler
-from litestar.params import FromPath
-
-from retsu.adapters.http.body import parse_path_id, read_json
-from retsu.adapters.http.caller import caller_of
 from retsu.adapters.http.dto import (
-    CREATE_QUEUE,
-    UPDATE_QUEUE,
+    CreateQueueBody,
     PurgedOut,
+    QueueOut,
     QueuesOut,
-    json_response,
+    QueueWithStatsOut,
+    UpdateQueueBody,
     queue_out,
     queue_with_stats_out,
 )
-from retsu.adapters.http.query import query_int, query_text
-from retsu.adapters.http.services import ApiServices
-from retsu.application.create_queue import CreateQueueCommand
-from retsu.application.delete_queue import DeleteQueueCommand
-from retsu.application.list_queues import ListQueuesQuery
-from retsu.application.pause_queue import PauseQueueCommand
-from retsu.application.purge_queue import PurgeQueueCommand
-from retsu.application.update_queue import UpdateQueueCommand
-from retsu.domain.cursor import DEFAULT_LIST_LIMIT
+from retsu.adapters.http.params import DEFAULT_LIMIT, QUEUE, Cursor, Limit, QueueId, QueueNameFilter
+from retsu.application.create_queue import CreateQueue, CreateQueueCommand
+from retsu.application.delete_queue import DeleteQueue, DeleteQueueCommand
+from retsu.application.get_queue import GetQueue
+from retsu.application.list_queues import ListQueues, ListQueuesQuery
+from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
+from retsu.application.purge_queue import PurgeQueue, PurgeQueueCommand
+from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
+from retsu.domain.audit import Caller
+from retsu.domain.errors import QueueAlreadyExists
+from retsu.domain.queue import DEFAULT_MESSAGE_TTL, MAX_DELIVERY_ATTEMPTS, VISIBILITY_TIMEOUT
+
+_SETTINGS = (VISIBILITY_TIMEOUT, MAX_DELIVERY_ATTEMPTS, DEFAULT_MESSAGE_TTL)
 
 
-def queue_routes(services: ApiServices) -> list[HTTPRouteHandler]:
-    create_queue = services.create_queue
-    update_queue = services.update_queue
-    list_queues = services.list_queues
-    get_queue = services.get_queue
-    pause_queue = services.pause_queue
-    resume_queue = services.resume_queue
-    purge_queue = services.purge_queue
-    delete_queue = services.delete_queue
-
-    @post("/v1/queues")
-    async def create(request: Request[Any, Any, Any]) -> Response[bytes]:
-        body = await read_json(request, CREATE_QUEUE)
-        queue = await create_queue(
-            CreateQueueCommand(
-                name=body.name,
-                visibility_timeout_seconds=body.visibility_timeout_seconds,
-                max_delivery_attempts=body.max_delivery_attempts,
-                default_message_ttl_seconds=body.default_message_ttl_seconds,
-                caller=caller_of(request),
-            )
+@post(
+    "/v1/queues",
+    summary="Create a queue",
+    description="Writes the audit entry `queue.created`.",
+    errors=("invalid_queue_name", *_SETTINGS, QueueAlreadyExists),
+)
+async def add_queue(
+    data: JSONBody[CreateQueueBody],
+    create_queue: NamedDependency[CreateQueue],
+    caller: NamedDependency[Caller],
+) -> QueueOut:
+    queue = await create_queue(
+        CreateQueueCommand(
+            name=data.name,
+            visibility_timeout_seconds=data.visibility_timeout_seconds,
+            max_delivery_attempts=data.max_delivery_attempts,
+            default_message_ttl_seconds=data.default_message_ttl_seconds,
+            caller=caller,
         )
-        return json_response(queue_out(queue), 201)
+    )
+    return queue_out(queue)
 
-    @get("/v1/queues")
-    async def list_all(request: Request[Any, Any, Any]) -> Response[bytes]:
-        page = await list_queues(
-            ListQueuesQuery(
-                limit=query_int(request, "limit", "invalid_limit", DEFAULT_LIST_LIMIT),
-                cursor=query_text(request, "cursor", "invalid_cursor"),
-                name=query_text(request, "name", "invalid_queue_name"),
-            )
+
+@get(
+    "/v1/queues",
+    summary="List queues",
+    response_description="One page of queues, ordered by name in byte order.",
+)
+async def list_queues_page(
+    list_queues: NamedDependency[ListQueues],
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+    name: QueueNameFilter = None,
+) -> QueuesOut:
+    page = await list_queues(ListQueuesQuery(limit=limit, cursor=cursor, name=name))
+    return QueuesOut(items=[queue_out(q) for q in page.items], next_cursor=page.next_cursor)
+
+
+@get(
+    QUEUE,
+    summary="Get a queue with its statistics",
+    response_description="The queue and its exact counts at the time of the request.",
+)
+async def get_queue_with_stats(
+    queue_id: QueueId, get_queue: NamedDependency[GetQueue]
+) -> QueueWithStatsOut:
+    found = await get_queue(queue_id)
+    return queue_with_stats_out(found.queue, found.stats)
+
+
+@patch(
+    QUEUE,
+    summary="Change a queue's settings",
+    description="Any subset of the three settings; a name never changes. "
+    "Writes the audit entry `queue.updated`.",
+    response_description="The whole queue after the change.",
+    errors=("empty_queue_update", *_SETTINGS),
+)
+async def change_queue(
+    queue_id: QueueId,
+    data: JSONBody[UpdateQueueBody],
+    update_queue: NamedDependency[UpdateQueue],
+    caller: NamedDependency[Caller],
+) -> QueueOut:
+    queue = await update_queue(
+        UpdateQueueCommand(
+            queue_id=queue_id,
+            visibility_timeout_seconds=data.visibility_timeout_seconds,
+            max_delivery_attempts=data.max_delivery_attempts,
+            default_message_ttl_seconds=data.default_message_ttl_seconds,
+            caller=caller,
         )
-        return json_response(
-            QueuesOut(items=[queue_out(q) for q in page.items], next_cursor=page.next_cursor)
-        )
+    )
+    return queue_out(queue)
 
-    @get("/v1/queues/{queue_id:str}")
-    async def read(queue_id: FromPath[str]) -> Response[bytes]:
-        found = await get_queue(parse_path_id(queue_id, "queue_id"))
-        return json_response(queue_with_stats_out(found.queue, found.stats))
 
-    @patch("/v1/queues/{queue_id:str}")
-    async def update(request: Request[Any, Any, Any], queue_id: FromPath[str]) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        body = await read_json(request, UPDATE_QUEUE)
-        queue = await update_queue(
-            UpdateQueueCommand(
-                queue_id=qid,
-                visibility_timeout_seconds=body.visibility_timeout_seconds,
-                max_delivery_attempts=body.max_delivery_attempts,
-                default_message_ttl_seconds=body.default_message_ttl_seconds,
-                caller=caller_of(request),
-            )
-        )
-        return json_response(queue_out(queue))
+@post(
+    QUEUE + "/pause",
+    status_code=200,
+    summary="Pause a queue",
+    description="While paused, enqueue, acknowledge and visibility changes still work; "
+    "dequeue finds nothing. Writes the audit entry `queue.paused`.",
+)
+async def pause(
+    queue_id: QueueId, pause_queue: NamedDependency[PauseQueue], caller: NamedDependency[Caller]
+) -> QueueOut:
+    return queue_out(await pause_queue(PauseQueueCommand(queue_id, caller)))
 
-    @post("/v1/queues/{queue_id:str}/pause")
-    async def pause(request: Request[Any, Any, Any], queue_id: FromPath[str]) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        queue = await pause_queue(PauseQueueCommand(qid, caller_of(request)))
-        return json_response(queue_out(queue))
 
-    @post("/v1/queues/{queue_id:str}/resume")
-    async def resume(request: Request[Any, Any, Any], queue_id: FromPath[str]) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        queue = await resume_queue(PauseQueueCommand(qid, caller_of(request)))
-        return json_response(queue_out(queue))
+@post(
+    QUEUE + "/resume",
+    status_code=200,
+    summary="Resume a queue",
+    description="Writes the audit entry `queue.resumed`.",
+)
+async def resume(
+    queue_id: QueueId, resume_queue: NamedDependency[ResumeQueue], caller: NamedDependency[Caller]
+) -> QueueOut:
+    return queue_out(await resume_queue(PauseQueueCommand(queue_id, caller)))
 
-    @post("/v1/queues/{queue_id:str}/purge")
-    async def purge(request: Request[Any, Any, Any], queue_id: FromPath[str]) -> Response[bytes]:
-        qid = parse_path_id(queue_id, "queue_id")
-        purged = await purge_queue(PurgeQueueCommand(qid, caller_of(request)))
-        return json_response(PurgedOut(purged=purged))
 
-    @delete("/v1/queues/{queue_id:str}")  # 204, no body
-    async def remove(request: Request[Any, Any, Any], queue_id: FromPath[str]) -> None:
-        qid = parse_path_id(queue_id, "queue_id")
-        await delete_queue(DeleteQueueCommand(qid, caller_of(request)))
+@post(
+    QUEUE + "/purge",
+    status_code=200,
+    summary="Purge a queue",
+    description="Removes every live message (dead letters stay). "
+    "Writes the audit entry `queue.purged`.",
+)
+async def purge(
+    queue_id: QueueId, purge_queue: NamedDependency[PurgeQueue], caller: NamedDependency[Caller]
+) -> PurgedOut:
+    return PurgedOut(purged=await purge_queue(PurgeQueueCommand(queue_id, caller)))
 
-    return [create, list_all, read, update, pause, resume, purge, remove]
+
+@delete(
+    QUEUE,
+    summary="Delete a queue",
+    description="Removes the queue with its messages and dead letters. "
+    "Writes the audit entry `queue.deleted`.",
+)
+async def remove_queue(
+    queue_id: QueueId, delete_queue: NamedDependency[DeleteQueue], caller: NamedDependency[Caller]
+) -> None:
+    await delete_queue(DeleteQueueCommand(queue_id, caller))
+
+
+ROUTES = [
+    add_queue,
+    list_queues_page,
+    get_queue_with_stats,
+    change_queue,
+    pause,
+    resume,
+    purge,
+    remove_queue,
+]
