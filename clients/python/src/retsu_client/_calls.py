@@ -200,7 +200,9 @@ def create_queue(
 
 
 def list_queues(limit: int | None, cursor: str | None, name: str | None) -> Op[Page[Queue]]:
-    response = yield Call("GET", "/v1/queues", params=_params(limit=limit, cursor=cursor, name=name))
+    response = yield Call(
+        "GET", "/v1/queues", params=_params(limit=limit, cursor=cursor, name=name)
+    )
     return decode(response, Page[Queue])
 
 
@@ -321,7 +323,9 @@ def enqueue(
     return (yield from on_queue(names, queue, build))
 
 
-def enqueue_batch(names: QueueNames, queue: QueueRef, messages: Iterable[NewMessage]) -> Op[list[str]]:
+def enqueue_batch(
+    names: QueueNames, queue: QueueRef, messages: Iterable[NewMessage]
+) -> Op[list[str]]:
     body = _json({"messages": [_body(message) for message in messages]})
 
     def build(qid: str) -> Op[list[str]]:
@@ -367,7 +371,9 @@ def dequeue(
     consumer: str | None,
 ) -> Op[Message | None]:
     def build(qid: str) -> Op[Message | None]:
-        response = yield _dequeue_call(qid, wait_seconds, visibility_timeout_seconds, None, consumer)
+        response = yield _dequeue_call(
+            qid, wait_seconds, visibility_timeout_seconds, None, consumer
+        )
         if response.status_code == 204:
             return None
         return decode(response, Message)
@@ -437,7 +443,9 @@ def change_visibility(
     receipt_handle: str | None,
 ) -> Op[None]:
     mid, handle = _receipt(message, receipt_handle)
-    body = _json({"receipt_handle": handle, "visibility_timeout_seconds": visibility_timeout_seconds})
+    body = _json(
+        {"receipt_handle": handle, "visibility_timeout_seconds": visibility_timeout_seconds}
+    )
 
     def build(qid: str) -> Op[None]:
         # Repeatable: sending it again sets the same lease end (or, after a release that

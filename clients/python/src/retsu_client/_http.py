@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 import httpx
 
-from retsu_client._version import __version__
 from retsu_client._calls import Call
+from retsu_client._version import __version__
 from retsu_client.errors import APIError, error_for_code, problem_error
 from retsu_client.retry import parse_retry_after
 
@@ -81,7 +81,9 @@ def response_error(response: httpx.Response, request_id: str) -> APIError:
     """The exception for an error answer (a problem document, or any other body)."""
     rid = response.headers.get(REQUEST_ID_HEADER) or request_id
     retry_after = parse_retry_after(response.headers.get("retry-after"))
-    error = problem_error(response.status_code, response.content, request_id=rid, retry_after=retry_after)
+    error = problem_error(
+        response.status_code, response.content, request_id=rid, retry_after=retry_after
+    )
     if error is not None:
         return error
     status = response.status_code

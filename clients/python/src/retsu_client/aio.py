@@ -24,6 +24,7 @@ from retsu_client._http import (
     new_request_id,
     response_error,
 )
+from retsu_client.client import DEFAULT_RETRY, PAGE_SIZE, as_new_message
 from retsu_client.errors import APIError, ConnectionFailed
 from retsu_client.models import (
     AuditEntry,
@@ -41,7 +42,6 @@ from retsu_client.models import (
     QueueDetails,
     StoredMessage,
 )
-from retsu_client.client import DEFAULT_RETRY, PAGE_SIZE, as_new_message
 from retsu_client.retry import RetryPolicy, retry_exception, retry_status
 
 __all__ = ["AsyncClient"]
@@ -89,6 +89,9 @@ class AsyncClient:
         self.consumer = consumer
         self._timeout = as_timeout(timeout)
         self._names = QueueNames()
+        self._sleep: Callable[[float], Awaitable[None]] = (
+            asyncio.sleep
+        )  # replaced by tests that check the waits
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=default_headers(env_token(token), headers),
@@ -131,7 +134,7 @@ class AsyncClient:
                         request_id=request_id,
                     ) from error
                 log.info("retrying %s in %.2fs after %r", describe(call), delay, error)
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
                 continue
             if response.is_success:
                 return response
@@ -141,7 +144,7 @@ class AsyncClient:
             if delay is None:
                 raise api_error
             log.info("retrying %s in %.2fs after %s", describe(call), delay, api_error.code)
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
 
     @staticmethod
     async def _follow(fetch: Callable[[str | None], Awaitable[Page[T]]]) -> AsyncIterator[T]:
@@ -183,7 +186,9 @@ class AsyncClient:
     ) -> Page[Queue]:
         return await self._run(calls.list_queues(limit, cursor, name))
 
-    def iter_queues(self, *, name: str | None = None, page_size: int = PAGE_SIZE) -> AsyncIterator[Queue]:
+    def iter_queues(
+        self, *, name: str | None = None, page_size: int = PAGE_SIZE
+    ) -> AsyncIterator[Queue]:
         """Every queue, by name, following the cursors."""
         return self._follow(lambda c: self.list_queues(name=name, limit=page_size, cursor=c))
 
@@ -359,7 +364,9 @@ class AsyncClient:
         cursor: str | None = None,
     ) -> Page[StoredMessage]:
         """Live messages without claiming them (by state and priority)."""
-        return await self._run(calls.list_messages(self._names, queue, state, priority, limit, cursor))
+        return await self._run(
+            calls.list_messages(self._names, queue, state, priority, limit, cursor)
+        )
 
     def iter_messages(
         self,
@@ -388,7 +395,9 @@ class AsyncClient:
     ) -> Page[DeadLetter]:
         return await self._run(calls.list_dead_letters(self._names, queue, limit, cursor))
 
-    def iter_dead_letters(self, queue: QueueRef, *, page_size: int = PAGE_SIZE) -> AsyncIterator[DeadLetter]:
+    def iter_dead_letters(
+        self, queue: QueueRef, *, page_size: int = PAGE_SIZE
+    ) -> AsyncIterator[DeadLetter]:
         """Every dead letter of the queue, newest first."""
         return self._follow(lambda c: self.list_dead_letters(queue, limit=page_size, cursor=c))
 

@@ -66,7 +66,11 @@ def run_sync(op: Op[T], send: Callable[[Call], httpx.Response]) -> T:
 
 
 def as_new_message(message: NewMessage | str, priority: Priority | str) -> NewMessage:
-    return message if isinstance(message, NewMessage) else NewMessage(payload=message, priority=priority)
+    return (
+        message
+        if isinstance(message, NewMessage)
+        else NewMessage(payload=message, priority=priority)
+    )
 
 
 class Client:
@@ -94,6 +98,7 @@ class Client:
         self.consumer = consumer
         self._timeout = as_timeout(timeout)
         self._names = QueueNames()
+        self._sleep: Callable[[float], None] = time.sleep  # replaced by tests that check the waits
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=default_headers(env_token(token), headers),
@@ -136,7 +141,7 @@ class Client:
                         request_id=request_id,
                     ) from error
                 log.info("retrying %s in %.2fs after %r", describe(call), delay, error)
-                time.sleep(delay)
+                self._sleep(delay)
                 continue
             if response.is_success:
                 return response
@@ -146,7 +151,7 @@ class Client:
             if delay is None:
                 raise api_error
             log.info("retrying %s in %.2fs after %s", describe(call), delay, api_error.code)
-            time.sleep(delay)
+            self._sleep(delay)
 
     @staticmethod
     def _follow(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
@@ -187,7 +192,9 @@ class Client:
     ) -> Page[Queue]:
         return self._run(calls.list_queues(limit, cursor, name))
 
-    def iter_queues(self, *, name: str | None = None, page_size: int = PAGE_SIZE) -> Iterator[Queue]:
+    def iter_queues(
+        self, *, name: str | None = None, page_size: int = PAGE_SIZE
+    ) -> Iterator[Queue]:
         """Every queue, by name, following the cursors."""
         return self._follow(lambda c: self.list_queues(name=name, limit=page_size, cursor=c))
 
@@ -392,7 +399,9 @@ class Client:
     ) -> Page[DeadLetter]:
         return self._run(calls.list_dead_letters(self._names, queue, limit, cursor))
 
-    def iter_dead_letters(self, queue: QueueRef, *, page_size: int = PAGE_SIZE) -> Iterator[DeadLetter]:
+    def iter_dead_letters(
+        self, queue: QueueRef, *, page_size: int = PAGE_SIZE
+    ) -> Iterator[DeadLetter]:
         """Every dead letter of the queue, newest first."""
         return self._follow(lambda c: self.list_dead_letters(queue, limit=page_size, cursor=c))
 

@@ -402,8 +402,8 @@ _BY_CODE: dict[str, type[APIError]] = {}
 
 def _register(cls: type[APIError]) -> None:
     for sub in cls.__subclasses__():
-        if sub.default_code and sub.default_code not in _BY_CODE:
-            _BY_CODE[sub.default_code] = sub
+        if sub.default_code:
+            _BY_CODE[sub.default_code] = sub  # a subclass wins over its family class
         _register(sub)
 
 

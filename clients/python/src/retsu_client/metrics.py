@@ -1,10 +1,10 @@
 """Prometheus metrics for ``Worker`` (the ``metrics`` extra: ``pip install retsu-client[metrics]``).
 
-    retsu_worker_messages_received_total{queue}
-    retsu_worker_messages_total{queue,outcome}   acknowledged | failed | retry_later |
-                                                 released_on_shutdown | lease_lost | ack_failed
-    retsu_worker_handler_duration_seconds{queue} (histogram)
-    retsu_worker_handlers_running{queue}
+retsu_worker_messages_received_total{queue}
+retsu_worker_messages_total{queue,outcome}   acknowledged | failed | retry_later |
+                                             released_on_shutdown | lease_lost | ack_failed
+retsu_worker_handler_duration_seconds{queue} (histogram)
+retsu_worker_handlers_running{queue}
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class _Payload:
     __slots__ = ()
     payload: str
 
-    def json(self, type: Any = Any) -> Any:  # noqa: A002 - mirrors msgspec's own spelling
+    def json(self, type: Any = Any) -> Any:
         """The payload decoded as JSON (optionally into ``type``, e.g. a Struct)."""
         return msgspec.json.decode(self.payload, type=type)
 

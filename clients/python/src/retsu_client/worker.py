@@ -60,7 +60,7 @@ MAX_VISIBILITY = 21600
 _FATAL = (Unauthorized, Forbidden, NotFound, InvalidRequest)
 
 
-class RetryLater(Exception):  # noqa: N818 - a signal to the worker, not an error
+class RetryLater(Exception):
     """Raise from a handler to have the message delivered again after ``seconds``."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
@@ -547,9 +547,9 @@ class Worker:
         await asyncio.gather(
             *(self._release(held, 0, "released_on_shutdown") for held in unstarted)
         )
-        running = set(self._running)
+        running: set[asyncio.Task[Any]] = set(self._running)
         if running:
-            force = asyncio.create_task(self._force.wait())
+            force: asyncio.Task[Any] = asyncio.create_task(self._force.wait())
             deadline = time.monotonic() + self.shutdown_grace
             pending = running
             while pending and not force.done():
@@ -569,9 +569,7 @@ class Worker:
                     f"{len(late)} handler(s) still running after the grace period: released",
                     extra=self._fields(count=len(late)),
                 )
-            await asyncio.gather(
-                *(self._release(held, 0, "released_on_shutdown") for held in late)
-            )
+            await asyncio.gather(*(self._release(held, 0, "released_on_shutdown") for held in late))
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

@@ -19,4 +19,12 @@ from __future__ import annotations
 from retsu_client.testing._server import FAKE_URL, FakeRetsu, FakeToken, FakeTransport
 from retsu_client.testing.clock import Clock, ManualClock, SystemClock
 
-__all__ = ["FAKE_URL", "Clock", "FakeRetsu", "FakeToken", "FakeTransport", "ManualClock", "SystemClock"]
+__all__ = [
+    "FAKE_URL",
+    "Clock",
+    "FakeRetsu",
+    "FakeToken",
+    "FakeTransport",
+    "ManualClock",
+    "SystemClock",
+]

@@ -154,7 +154,9 @@ def _settings(body: _CreateQueue | _UpdateQueue) -> dict[str, int]:
 
 def _new_message(body: _Message) -> NewMessage:
     if "\x00" in body.payload:
-        raise Problem(400, "invalid_payload", "payload must not contain the NUL character (U+0000).")
+        raise Problem(
+            400, "invalid_payload", "payload must not contain the NUL character (U+0000)."
+        )
     if body.priority not in PRIORITIES:
         raise Problem(400, "invalid_priority", "priority must be one of HIGH, MEDIUM, LOW.")
     _in_range(body.ttl_seconds, 1, 2592000, "ttl_seconds", "invalid_ttl")
@@ -171,7 +173,9 @@ def _new_message(body: _Message) -> NewMessage:
 
 def _batch_size(size: int) -> None:
     if not 1 <= size <= 100:
-        raise Problem(400, "invalid_batch_size", f"messages must hold 1 to 100 entries, got {size}.")
+        raise Problem(
+            400, "invalid_batch_size", f"messages must hold 1 to 100 entries, got {size}."
+        )
 
 
 def _path_id(value: str, name: str) -> str:
@@ -233,7 +237,9 @@ class _Context:
 class _Poll:
     """A long poll that found nothing yet: ``again()`` answers or keeps waiting."""
 
-    def __init__(self, attempt: Callable[[bool], httpx.Response | None], wait: float, clock: Clock) -> None:
+    def __init__(
+        self, attempt: Callable[[bool], httpx.Response | None], wait: float, clock: Clock
+    ) -> None:
         self._attempt = attempt
         self._real_deadline = time.monotonic() + wait
         self._fake_deadline = clock.now().timestamp() + wait
@@ -344,7 +350,7 @@ class FakeRetsu:
             if scopes is not None:
                 self._authorize(request.method, pattern.pattern, scopes)
             context = _Context(request, body, Caller(actor, request_id), scopes)
-            return handler(context, **match.groupdict())  # type: ignore[no-any-return]
+            return handler(context, **match.groupdict())
         raise Problem(404, "not_found", "No route matches this path.")
 
     def _authenticate(self, request: httpx.Request) -> FakeToken:
@@ -519,7 +525,9 @@ class FakeRetsu:
         qid = _path_id(queue_id, "queue_id")
         keys = c.request.headers.get_list("idempotency-key")
         if len(keys) > 1:
-            raise Problem(400, "invalid_idempotency_key", "Send at most one Idempotency-Key header.")
+            raise Problem(
+                400, "invalid_idempotency_key", "Send at most one Idempotency-Key header."
+            )
         message = _new_message(c.json(_Message))
         if not keys:
             return _json({"id": self.state.enqueue(qid, message)}, 201)

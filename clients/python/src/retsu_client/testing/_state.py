@@ -288,11 +288,26 @@ class State:
         with self.lock:
             now = self._step()
             if any(queue.name == name for queue in self.queues.values()):
-                raise Problem(409, "queue_already_exists", f"A queue named {name!r} already exists.")
-            queue = FakeQueue(id=self.ids.new(), name=name, created_at=now, **settings)
+                raise Problem(
+                    409, "queue_already_exists", f"A queue named {name!r} already exists."
+                )
+            queue = FakeQueue(
+                id=self.ids.new(),
+                name=name,
+                created_at=now,
+                visibility_timeout_seconds=settings["visibility_timeout_seconds"],
+                max_delivery_attempts=settings["max_delivery_attempts"],
+                default_message_ttl_seconds=settings["default_message_ttl_seconds"],
+            )
             self.queues[queue.id] = queue
             self._audit(
-                caller, now, "queue.created", "queue", queue.id, queue.id, {"name": name, **settings}
+                caller,
+                now,
+                "queue.created",
+                "queue",
+                queue.id,
+                queue.id,
+                {"name": name, **settings},
             )
             return queue.view()
 
@@ -308,13 +323,17 @@ class State:
             queue = self._queue(queue_id)
             return {**queue.view(), "stats": queue.stats(now)}
 
-    def update_queue(self, caller: Caller, queue_id: str, changes: dict[str, int]) -> dict[str, Any]:
+    def update_queue(
+        self, caller: Caller, queue_id: str, changes: dict[str, int]
+    ) -> dict[str, Any]:
         with self.lock:
             now = self._step()
             queue = self._queue(queue_id)
             for key, value in changes.items():
                 setattr(queue, key, value)
-            self._audit(caller, now, "queue.updated", "queue", queue.id, queue.id, {"changes": changes})
+            self._audit(
+                caller, now, "queue.updated", "queue", queue.id, queue.id, {"changes": changes}
+            )
             return queue.view()
 
     def set_paused(self, caller: Caller, queue_id: str, paused: bool) -> dict[str, Any]:
@@ -332,7 +351,9 @@ class State:
             queue = self._queue(queue_id)
             purged = len(queue.messages)
             queue.messages.clear()
-            self._audit(caller, now, "queue.purged", "queue", queue.id, queue.id, {"purged": purged})
+            self._audit(
+                caller, now, "queue.purged", "queue", queue.id, queue.id, {"purged": purged}
+            )
             return purged
 
     def delete_queue(self, caller: Caller, queue_id: str) -> None:
@@ -479,7 +500,9 @@ class State:
             )
             queue.counts["dead_lettered"] += 1
 
-    def _current(self, queue: FakeQueue, message_id: str, receipt: str, now: datetime) -> StoredMessage | None:
+    def _current(
+        self, queue: FakeQueue, message_id: str, receipt: str, now: datetime
+    ) -> StoredMessage | None:
         message = queue.messages.get(message_id)
         if message is None or message.receipt != receipt or message.available_at <= now:
             return None
@@ -507,7 +530,7 @@ class State:
                 )
             message.available_at = now + timedelta(seconds=seconds)
             if seconds == 0:
-                message.receipt = message.receipt + "-released"  # never acknowledges again
+                message.receipt = f"{message.receipt}-released"  # never acknowledges again
 
     def deliverable(self, queue_id: str) -> bool:
         """Whether a dequeue would find something now (for long polls)."""
@@ -571,7 +594,9 @@ class State:
             self._step()
             queue = self._queue(queue_id)
             return sorted(
-                queue.dead_letters.values(), key=lambda d: (d.dead_lettered_at, d.order), reverse=True
+                queue.dead_letters.values(),
+                key=lambda d: (d.dead_lettered_at, d.order),
+                reverse=True,
             )
 
     def dead_letter(self, queue_id: str, message_id: str) -> DeadLetter:
@@ -610,7 +635,9 @@ class State:
         with self.lock:
             now = self._step()
             queue = self._queue(queue_id)
-            oldest_first = sorted(queue.dead_letters.values(), key=lambda d: (d.dead_lettered_at, d.order))
+            oldest_first = sorted(
+                queue.dead_letters.values(), key=lambda d: (d.dead_lettered_at, d.order)
+            )
             records = oldest_first[:limit]
             for record in records:
                 self._redrive(queue, record, now)
@@ -677,7 +704,7 @@ class State:
                             "health": state,
                         }
                     )
-            items.sort(key=lambda c: (-c["last_seen_at"].timestamp(), c["queue_id"], c["name"]))
+            items.sort(key=lambda c: (-_timestamp(c["last_seen_at"]), c["queue_id"], c["name"]))
             return items
 
     def history(self, queue_id: str, minutes: int) -> list[dict[str, Any]]:
@@ -706,6 +733,11 @@ class State:
     def iter_messages(self, queue_id: str) -> Iterator[StoredMessage]:
         with self.lock:
             yield from list(self._queue(queue_id).messages.values())
+
+
+def _timestamp(value: Any) -> float:
+    assert isinstance(value, datetime)
+    return value.timestamp()
 
 
 def _browse_key(state: str | None, message: StoredMessage) -> list[Any]:
