@@ -221,6 +221,7 @@ class Worker:
         self._held: dict[str, _Held] = {}  # by receipt handle
         self._active = 0  # held and not finished (running or waiting)
         self._running: set[asyncio.Task[None]] = set()
+        self._extensions: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = asyncio.Event()
         self._force = asyncio.Event()
@@ -443,18 +444,24 @@ class Worker:
     # --- leases -------------------------------------------------------------------------
 
     async def _extend_loop(self) -> None:
-        tick = max(0.05, min(1.0, self._lease / 4))
+        # Wakes at the earliest renewal due (at least every 0.25 s, to see new messages):
+        # with a 1 s lease the half-way renewal leaves 0.5 s, too little to also lose to
+        # a coarse timer.
         while True:
-            await asyncio.sleep(tick)
             now = time.monotonic()
-            due = [
-                held
-                for held in self._held.values()
-                if now >= held.renew_at and not (held.lost or held.capped or held.extending)
-            ]
-            for held in due:
-                held.extending = True
-                asyncio.create_task(self._extend(held, now))  # noqa: RUF006 - tracked by held
+            upcoming = []
+            for held in list(self._held.values()):
+                if held.lost or held.capped or held.extending:
+                    continue
+                if now >= held.renew_at:
+                    held.extending = True
+                    task = asyncio.create_task(self._extend(held, now))
+                    self._extensions.add(task)  # a task nobody references may be collected
+                    task.add_done_callback(self._extensions.discard)
+                else:
+                    upcoming.append(held.renew_at)
+            delay = min(upcoming) - now if upcoming else 0.25
+            await asyncio.sleep(min(max(delay, 0.005), 0.25))
 
     async def _extend(self, held: _Held, now: float) -> None:
         try:
@@ -576,7 +583,7 @@ class Worker:
         self._acks.put_nowait(None)
         await asyncio.gather(acker, return_exceptions=True)
         extender.cancel()
-        await asyncio.gather(extender, return_exceptions=True)
+        await asyncio.gather(extender, *self._extensions, return_exceptions=True)
         self._threads.close()
         self.log.info("worker stopped", extra=self._fields())
 
