@@ -62,4 +62,5 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
+    for noisy in ("httpx", "httpcore", "asyncio"):  # their debug lines drown the worker's
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

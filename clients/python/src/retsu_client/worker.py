@@ -304,8 +304,10 @@ class Worker:
         free = self.prefetch - self._active
         if free <= 0:
             return 0
-        # With messages still waiting locally, refill only by a worthwhile batch.
-        if self._ready.qsize() > 0 and free < max(1, self.prefetch // 2):
+        # While more are waiting locally than the handlers can start at once, wait: the
+        # refill then comes as one larger batch (measured: refilling at half the
+        # prefetch made twice the dequeue calls for no-op handlers).
+        if self._ready.qsize() > self.concurrency:
             return 0
         return min(MAX_BATCH, free)
 
@@ -403,7 +405,8 @@ class Worker:
         if held.abandoned or outcome == "released_on_shutdown":
             return  # the shutdown released it already; this result counts for nothing
         self.log.debug(
-            "handled", extra={**fields, "outcome": outcome, "duration_seconds": duration}
+            "handled",
+            extra={**fields, "outcome": outcome, "duration_seconds": round(duration, 6)},
         )
         if held.lost:
             self._forget(held)  # its handle is stale: an acknowledge would do nothing

@@ -66,7 +66,8 @@ class Context:
         answer = self.stdin.readline()
         if answer.strip().lower() in ("y", "yes"):
             return True
-        print("aborted: nothing was changed", file=self.err)
+        newline = "" if answer.endswith("\n") else "\n"  # no answer (end of input)
+        print(f"{newline}aborted: nothing was changed", file=self.err)
         return False
 
 
