@@ -319,6 +319,9 @@ class Worker:
                 self._capacity.clear()
                 await self._capacity.wait()
                 continue
+            # Leases are timed from when the request was sent: the server started them
+            # later than that, so under load (a slow answer) the renewal is early, never late.
+            sent = time.monotonic()
             try:
                 messages = await self.client.dequeue_many(
                     self._queue_id,
@@ -344,9 +347,8 @@ class Worker:
                 await asyncio.sleep(delay)
                 continue
             failures = 0
-            now = time.monotonic()
             for message in messages:
-                held = _Held(message, received_at=now, renew_at=now + self._lease / 2)
+                held = _Held(message, received_at=sent, renew_at=sent + self._lease / 2)
                 self._held[message.receipt_handle] = held
                 self._active += 1
                 self._ready.put_nowait(held)
@@ -478,13 +480,14 @@ class Worker:
                     extra=self._fields(message_id=held.message.id),
                 )
                 return
+            sent = time.monotonic()
             await self.client.change_visibility(
                 self._queue_id,
                 held.message,
                 seconds,
                 receipt_handle=held.message.receipt_handle,
             )
-            held.renew_at = time.monotonic() + seconds / 2
+            held.renew_at = sent + seconds / 2
             if seconds < self._lease:
                 held.capped = True
         except StaleReceiptHandle:
