@@ -1,0 +1,1 @@
+"""Command lines: ``retsuctl`` (operator CLI over HTTP) and ``retsu-worker`` (run a handler)."""

@@ -1,0 +1,659 @@
+"""``retsuctl``: the operator command line over the HTTP API.
+
+Tables for people by default; ``--json`` prints the API's own JSON answer for that call
+(one page for lists; nothing for a ``204``). Exit status: 0 success, 1 an API error (its
+problem printed on stderr) or an unreachable server or a refused confirmation, 2 a usage
+error. Purge, deletes and bulk redrive ask for confirmation unless ``--yes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import httpx
+import msgspec
+
+from retsu_client.cli.common import CONNECTION_HELP, Recorder, connection_options, print_error
+from retsu_client.cli.tables import fields, shorten, table
+from retsu_client.client import Client
+from retsu_client.errors import RetsuError
+from retsu_client.models import (
+    AuditEntry,
+    Consumer,
+    DeadLetter,
+    HistoryPoint,
+    Page,
+    Queue,
+    QueueDetails,
+    StoredMessage,
+)
+
+PRIORITIES = ("HIGH", "MEDIUM", "LOW")
+STATES = ("ready", "in_flight", "delayed")
+HEALTH = ("healthy", "stale", "offline")
+
+
+@dataclass
+class Context:
+    client: Client
+    recorder: Recorder
+    args: argparse.Namespace
+    out: TextIO
+    err: TextIO
+    stdin: TextIO
+
+    @property
+    def as_json(self) -> bool:
+        return bool(getattr(self.args, "json", False))
+
+    def raw(self) -> None:
+        """Print the last answer's body as the API sent it."""
+        last = self.recorder.last
+        if last is not None and last.content:
+            print(last.text, file=self.out)
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out)
+
+    def confirm(self, question: str) -> bool:
+        if getattr(self.args, "yes", False):
+            return True
+        print(f"{question} [y/N] ", end="", file=self.err, flush=True)
+        answer = self.stdin.readline()
+        if answer.strip().lower() in ("y", "yes"):
+            return True
+        newline = "" if answer.endswith("\n") else "\n"  # no answer (end of input)
+        print(f"{newline}aborted: nothing was changed", file=self.err)
+        return False
+
+
+Command = Callable[[Context], int]
+
+
+def _page_hint(ctx: Context, page: Page[Any]) -> None:
+    if page.next_cursor is not None:
+        print(f"(more: --cursor {page.next_cursor}, or --all)", file=ctx.err)
+
+
+def _pages(ctx: Context, fetch: Callable[[str | None], Page[Any]]) -> Iterator[Page[Any]]:
+    """The requested page, or every page with --all (tables only)."""
+    follow = bool(getattr(ctx.args, "all", False))
+    cursor = getattr(ctx.args, "cursor", None)
+    while True:
+        page = fetch(cursor)
+        yield page
+        if page.next_cursor is None:
+            return
+        if not follow:
+            _page_hint(ctx, page)
+            return
+        cursor = page.next_cursor
+
+
+def _listing(
+    ctx: Context,
+    fetch: Callable[[str | None], Page[Any]],
+    headers: Sequence[str],
+    row: Callable[[Any], Sequence[Any]],
+) -> int:
+    if ctx.as_json:
+        fetch(getattr(ctx.args, "cursor", None))
+        ctx.raw()
+        return 0
+    rows = [row(item) for page in _pages(ctx, fetch) for item in page.items]
+    ctx.say(table(headers, rows) if rows else "(none)")
+    return 0
+
+
+def _pretty_payload(payload: str) -> str:
+    try:
+        decoded = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return payload
+    return msgspec.json.format(msgspec.json.encode(decoded), indent=2).decode()
+
+
+# --- queues ------------------------------------------------------------------------------
+
+
+def _queue_row(queue: Queue) -> Sequence[Any]:
+    return (
+        queue.name,
+        queue.id,
+        queue.visibility_timeout_seconds,
+        queue.max_delivery_attempts,
+        queue.default_message_ttl_seconds,
+        queue.paused,
+    )
+
+
+def queues_list(ctx: Context) -> int:
+    args = ctx.args
+    headers = ["NAME", "ID", "VISIBILITY_S", "MAX_ATTEMPTS", "TTL_S", "PAUSED"]
+    if not args.stats or ctx.as_json:
+        return _listing(
+            ctx,
+            lambda c: ctx.client.list_queues(name=args.name, limit=args.limit, cursor=c),
+            headers,
+            _queue_row,
+        )
+
+    def row(queue: Queue) -> Sequence[Any]:
+        stats = ctx.client.get_queue(queue.id).stats
+        return (
+            *_queue_row(queue),
+            stats.ready,
+            stats.in_flight,
+            stats.delayed,
+            stats.dead_letters,
+            stats.oldest_ready_age_seconds,
+        )
+
+    headers += ["READY", "IN_FLIGHT", "DELAYED", "DEAD", "OLDEST_S"]
+    return _listing(
+        ctx,
+        lambda c: ctx.client.list_queues(name=args.name, limit=args.limit, cursor=c),
+        headers,
+        row,
+    )
+
+
+def _show_queue(ctx: Context, queue: Queue | QueueDetails) -> int:
+    if ctx.as_json:
+        ctx.raw()
+        return 0
+    pairs: list[tuple[str, Any]] = [
+        ("name", queue.name),
+        ("id", queue.id),
+        ("paused", queue.paused),
+        ("visibility_timeout_seconds", queue.visibility_timeout_seconds),
+        ("max_delivery_attempts", queue.max_delivery_attempts),
+        ("default_message_ttl_seconds", queue.default_message_ttl_seconds),
+    ]
+    if isinstance(queue, QueueDetails):
+        stats = queue.stats
+        pairs += [
+            ("ready", stats.ready),
+            ("in_flight", stats.in_flight),
+            ("delayed", stats.delayed),
+            ("dead_letters", stats.dead_letters),
+            ("oldest_ready_age_seconds", stats.oldest_ready_age_seconds),
+        ]
+    ctx.say(fields(pairs))
+    return 0
+
+
+def queues_show(ctx: Context) -> int:
+    return _show_queue(ctx, ctx.client.get_queue(ctx.args.queue))
+
+
+def queues_create(ctx: Context) -> int:
+    args = ctx.args
+    queue = ctx.client.create_queue(
+        args.name,
+        visibility_timeout_seconds=args.visibility_timeout,
+        max_delivery_attempts=args.max_attempts,
+        default_message_ttl_seconds=args.ttl,
+    )
+    return _show_queue(ctx, queue)
+
+
+def queues_update(ctx: Context) -> int:
+    args = ctx.args
+    queue = ctx.client.update_queue(
+        args.queue,
+        visibility_timeout_seconds=args.visibility_timeout,
+        max_delivery_attempts=args.max_attempts,
+        default_message_ttl_seconds=args.ttl,
+    )
+    return _show_queue(ctx, queue)
+
+
+def queues_pause(ctx: Context) -> int:
+    return _show_queue(ctx, ctx.client.pause_queue(ctx.args.queue))
+
+
+def queues_resume(ctx: Context) -> int:
+    return _show_queue(ctx, ctx.client.resume_queue(ctx.args.queue))
+
+
+def queues_purge(ctx: Context) -> int:
+    queue = ctx.args.queue
+    if not ctx.args.yes:
+        details = ctx.client.get_queue(queue)
+        s = details.stats
+        live = f"{s.ready} ready, {s.in_flight} in flight, {s.delayed} delayed"
+        if not ctx.confirm(f"Purge every live message of queue {details.name} ({live})?"):
+            return 1
+    purged = ctx.client.purge_queue(queue)
+    if ctx.as_json:
+        ctx.raw()
+    else:
+        ctx.say(f"purged {purged} message(s)")
+    return 0
+
+
+def queues_delete(ctx: Context) -> int:
+    queue = ctx.args.queue
+    if not ctx.confirm(f"Delete queue {queue} with its messages and dead letters?"):
+        return 1
+    ctx.client.delete_queue(queue)
+    if not ctx.as_json:
+        ctx.say(f"deleted queue {queue}")
+    return 0
+
+
+# --- messages ----------------------------------------------------------------------------
+
+
+def messages_send(ctx: Context) -> int:
+    args = ctx.args
+    payload = ctx.stdin.read() if args.payload == "-" else args.payload
+    sent = ctx.client.enqueue(
+        args.queue,
+        payload,
+        priority=args.priority,
+        ttl_seconds=args.ttl,
+        delay_seconds=args.delay,
+        idempotency_key=args.idempotency_key,
+    )
+    if ctx.as_json:
+        ctx.raw()
+    else:
+        ctx.say(sent.id + (" (replayed: already enqueued with this key)" if sent.replayed else ""))
+    return 0
+
+
+def _message_row(message: StoredMessage) -> Sequence[Any]:
+    return (
+        message.id,
+        str(message.priority),
+        str(message.state),
+        message.delivery_attempts,
+        message.enqueued_at,
+        message.available_at,
+        shorten(message.payload),
+    )
+
+
+def messages_browse(ctx: Context) -> int:
+    args = ctx.args
+    return _listing(
+        ctx,
+        lambda c: ctx.client.list_messages(
+            args.queue, state=args.state, priority=args.priority, limit=args.limit, cursor=c
+        ),
+        ["ID", "PRIORITY", "STATE", "ATTEMPTS", "ENQUEUED", "AVAILABLE", "PAYLOAD"],
+        _message_row,
+    )
+
+
+def messages_show(ctx: Context) -> int:
+    message = ctx.client.get_message(ctx.args.queue, ctx.args.id)
+    if ctx.as_json:
+        ctx.raw()
+        return 0
+    ctx.say(
+        fields(
+            [
+                ("id", message.id),
+                ("priority", str(message.priority)),
+                ("state", str(message.state)),
+                ("delivery_attempts", message.delivery_attempts),
+                ("enqueued_at", message.enqueued_at),
+                ("available_at", message.available_at),
+                ("expires_at", message.expires_at),
+                ("last_delivered_at", message.last_delivered_at),
+                ("redriven_from", message.redriven_from),
+            ]
+        )
+    )
+    ctx.say("payload:\n" + _pretty_payload(message.payload))
+    return 0
+
+
+def messages_delete(ctx: Context) -> int:
+    args = ctx.args
+    if not ctx.confirm(f"Delete message {args.id} from queue {args.queue}?"):
+        return 1
+    ctx.client.delete_message(args.queue, args.id)
+    if not ctx.as_json:
+        ctx.say(f"deleted message {args.id}")
+    return 0
+
+
+# --- dead letters ------------------------------------------------------------------------
+
+
+def _dead_letter_row(record: DeadLetter) -> Sequence[Any]:
+    return (
+        record.id,
+        str(record.priority),
+        record.delivery_attempts,
+        record.dead_lettered_at,
+        record.reason,
+        shorten(record.payload),
+    )
+
+
+def dead_letters_list(ctx: Context) -> int:
+    args = ctx.args
+    return _listing(
+        ctx,
+        lambda c: ctx.client.list_dead_letters(args.queue, limit=args.limit, cursor=c),
+        ["ID", "PRIORITY", "ATTEMPTS", "DEAD_LETTERED", "REASON", "PAYLOAD"],
+        _dead_letter_row,
+    )
+
+
+def dead_letters_show(ctx: Context) -> int:
+    record = ctx.client.get_dead_letter(ctx.args.queue, ctx.args.id)
+    if ctx.as_json:
+        ctx.raw()
+        return 0
+    ctx.say(
+        fields(
+            [
+                ("id", record.id),
+                ("priority", str(record.priority)),
+                ("delivery_attempts", record.delivery_attempts),
+                ("enqueued_at", record.enqueued_at),
+                ("last_delivered_at", record.last_delivered_at),
+                ("dead_lettered_at", record.dead_lettered_at),
+                ("reason", record.reason),
+            ]
+        )
+    )
+    ctx.say("payload:\n" + _pretty_payload(record.payload))
+    return 0
+
+
+def dead_letters_redrive(ctx: Context) -> int:
+    args = ctx.args
+    if args.id is not None:
+        if args.all or args.limit is not None:
+            print("error: give a dead-letter ID or --all [--limit N], not both", file=ctx.err)
+            return 2
+        new_id = ctx.client.redrive_dead_letter(args.queue, args.id)
+        if ctx.as_json:
+            ctx.raw()
+        else:
+            ctx.say(f"redriven as message {new_id}")
+        return 0
+    if not args.all:
+        print("error: give a dead-letter ID, or --all to redrive in bulk", file=ctx.err)
+        return 2
+    limit = args.limit if args.limit is not None else 100
+    if not ctx.confirm(f"Redrive up to {limit} dead letters of queue {args.queue}, oldest first?"):
+        return 1
+    redriven = ctx.client.redrive_dead_letters(args.queue, limit=args.limit)
+    if ctx.as_json:
+        ctx.raw()
+    else:
+        ctx.say(f"redriven {redriven} dead letter(s)")
+    return 0
+
+
+def dead_letters_delete(ctx: Context) -> int:
+    args = ctx.args
+    if not ctx.confirm(f"Delete dead letter {args.id} of queue {args.queue}?"):
+        return 1
+    ctx.client.delete_dead_letter(args.queue, args.id)
+    if not ctx.as_json:
+        ctx.say(f"deleted dead letter {args.id}")
+    return 0
+
+
+# --- consumers, audit, history -----------------------------------------------------------
+
+
+def consumers(ctx: Context) -> int:
+    args = ctx.args
+
+    def row(consumer: Consumer) -> Sequence[Any]:
+        return (
+            consumer.queue_name,
+            consumer.name,
+            str(consumer.health),
+            consumer.deliveries,
+            consumer.last_seen_at,
+            consumer.first_seen_at,
+        )
+
+    return _listing(
+        ctx,
+        lambda c: ctx.client.list_consumers(
+            queue=args.queue, health=args.health, limit=args.limit, cursor=c
+        ),
+        ["QUEUE", "NAME", "HEALTH", "DELIVERIES", "LAST_SEEN", "FIRST_SEEN"],
+        row,
+    )
+
+
+def audit(ctx: Context) -> int:
+    args = ctx.args
+
+    def row(entry: AuditEntry) -> Sequence[Any]:
+        details = msgspec.json.encode(entry.details).decode() if entry.details else ""
+        return (
+            entry.at,
+            entry.actor,
+            entry.action,
+            f"{entry.target_type}:{entry.target_id}",
+            shorten(details, 60),
+        )
+
+    return _listing(
+        ctx,
+        lambda c: ctx.client.list_audit_log(
+            queue=args.queue, action=args.action, limit=args.limit, cursor=c
+        ),
+        ["AT", "ACTOR", "ACTION", "TARGET", "DETAILS"],
+        row,
+    )
+
+
+def history(ctx: Context) -> int:
+    result = ctx.client.queue_history(ctx.args.queue, minutes=ctx.args.minutes)
+    if ctx.as_json:
+        ctx.raw()
+        return 0
+
+    def row(point: HistoryPoint) -> Sequence[Any]:
+        return (
+            point.at,
+            point.ready,
+            point.in_flight,
+            point.delayed,
+            point.dead_letters,
+            point.enqueued,
+            point.delivered,
+            point.acknowledged,
+            point.dead_lettered,
+            point.expired,
+        )
+
+    headers = [
+        "AT",
+        "READY",
+        "IN_FLIGHT",
+        "DELAYED",
+        "DEAD",
+        "ENQUEUED",
+        "DELIVERED",
+        "ACKED",
+        "DEAD_LETTERED",
+        "EXPIRED",
+    ]
+    rows = [row(point) for point in result.points]
+    ctx.say(f"interval: {result.interval_seconds}s")
+    ctx.say(table(headers, rows) if rows else "(no snapshots yet)")
+    return 0
+
+
+# --- the parser --------------------------------------------------------------------------
+
+
+def _output_options() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print the API's JSON answer instead of a table",
+    )
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = [connection_options(suppress=True), _output_options()]
+    parser = argparse.ArgumentParser(
+        prog="retsuctl",
+        description="Operate Retsu over its HTTP API. A queue is named by name or id. "
+        + CONNECTION_HELP,
+        parents=common,
+    )
+    groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
+
+    def command(
+        sub: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        handler: Command,
+        help_text: str,
+    ) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help_text, description=help_text, parents=common)
+        cmd.set_defaults(handler=handler)
+        return cmd
+
+    def yes(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    def paging(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--limit", type=int, help="items per page (1-100, default 50)")
+        cmd.add_argument("--cursor", help="the next_cursor of a previous page")
+        cmd.add_argument("--all", action="store_true", help="follow every page (tables only)")
+
+    def settings(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--visibility-timeout", type=int, metavar="SECONDS")
+        cmd.add_argument("--max-attempts", type=int, metavar="N")
+        cmd.add_argument("--ttl", type=int, metavar="SECONDS", help="default message lifetime")
+
+    queues = groups.add_parser("queues", help="list, inspect and change queues")
+    qsub = queues.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cmd = command(qsub, "list", queues_list, "list queues by name")
+    cmd.add_argument("--name", help="only the queue with exactly this name")
+    cmd.add_argument("--stats", action="store_true", help="add each queue's counts")
+    paging(cmd)
+    cmd = command(qsub, "show", queues_show, "a queue's settings and exact counts")
+    cmd.add_argument("queue")
+    cmd = command(qsub, "create", queues_create, "create a queue")
+    cmd.add_argument("name")
+    settings(cmd)
+    cmd = command(qsub, "update", queues_update, "change a queue's settings")
+    cmd.add_argument("queue")
+    settings(cmd)
+    command(qsub, "pause", queues_pause, "stop deliveries").add_argument("queue")
+    command(qsub, "resume", queues_resume, "resume deliveries").add_argument("queue")
+    cmd = command(qsub, "purge", queues_purge, "remove every live message (not dead letters)")
+    cmd.add_argument("queue")
+    yes(cmd)
+    cmd = command(qsub, "delete", queues_delete, "delete a queue, its messages and dead letters")
+    cmd.add_argument("queue")
+    yes(cmd)
+
+    messages = groups.add_parser("messages", help="send, browse and delete messages")
+    msub = messages.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cmd = command(msub, "send", messages_send, "enqueue one message")
+    cmd.add_argument("queue")
+    cmd.add_argument("payload", help="the payload text, or - to read it from stdin")
+    cmd.add_argument("--priority", choices=PRIORITIES, default="MEDIUM")
+    cmd.add_argument("--ttl", type=int, metavar="SECONDS")
+    cmd.add_argument("--delay", type=int, metavar="SECONDS")
+    cmd.add_argument("--idempotency-key", metavar="KEY")
+    cmd = command(msub, "browse", messages_browse, "list live messages without claiming them")
+    cmd.add_argument("queue")
+    cmd.add_argument("--state", choices=STATES)
+    cmd.add_argument("--priority", choices=PRIORITIES)
+    paging(cmd)
+    cmd = command(msub, "show", messages_show, "one live message, payload pretty-printed")
+    cmd.add_argument("queue")
+    cmd.add_argument("id")
+    cmd = command(msub, "delete", messages_delete, "delete a live message")
+    cmd.add_argument("queue")
+    cmd.add_argument("id")
+    yes(cmd)
+
+    dead = groups.add_parser("dead-letters", help="inspect, redrive and delete dead letters")
+    dsub = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cmd = command(dsub, "list", dead_letters_list, "list dead letters, newest first")
+    cmd.add_argument("queue")
+    paging(cmd)
+    cmd = command(dsub, "show", dead_letters_show, "one dead letter")
+    cmd.add_argument("queue")
+    cmd.add_argument("id")
+    cmd = command(
+        dsub,
+        "redrive",
+        dead_letters_redrive,
+        "put dead letters back on the queue: one by ID, or --all (oldest first, --limit N)",
+    )
+    cmd.add_argument("queue")
+    cmd.add_argument("id", nargs="?")
+    cmd.add_argument("--all", action="store_true", help="redrive in bulk")
+    cmd.add_argument("--limit", type=int, help="with --all: at most this many (1-1000, 100)")
+    yes(cmd)
+    cmd = command(dsub, "delete", dead_letters_delete, "delete a dead letter")
+    cmd.add_argument("queue")
+    cmd.add_argument("id")
+    yes(cmd)
+
+    cmd = command(groups, "consumers", consumers, "who consumes, and how recently")
+    cmd.add_argument("--queue")
+    cmd.add_argument("--health", choices=HEALTH)
+    paging(cmd)
+    cmd = command(groups, "audit", audit, "the audit log, newest first")
+    cmd.add_argument("--queue")
+    cmd.add_argument("--action")
+    paging(cmd)
+    cmd = command(groups, "history", history, "a queue's depth and throughput over time")
+    cmd.add_argument("queue")
+    cmd.add_argument("--minutes", type=int, help="how far back (1-10080, default 60)")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Run ``retsuctl``; ``transport`` (tests) replaces the network."""
+    args = build_parser().parse_args(argv)
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    recorder = Recorder(transport)
+    client = Client(
+        getattr(args, "url", None),
+        token=getattr(args, "token", None),
+        timeout=getattr(args, "timeout", 10.0),
+        transport=recorder,
+    )
+    ctx = Context(client, recorder, args, out, err, stdin or sys.stdin)
+    try:
+        with client:
+            return int(args.handler(ctx))
+    except RetsuError as error:
+        print_error(error, as_json=ctx.as_json, err=err)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=err)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+"""``Client``: the blocking client, one method per route of the Retsu HTTP API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+
+from retsu_client import _calls as calls
+from retsu_client._calls import Call, MessageRef, Op, QueueNames, QueueRef
+from retsu_client._http import (
+    as_timeout,
+    build_request,
+    default_headers,
+    describe,
+    env_token,
+    env_url,
+    limits,
+    log,
+    new_request_id,
+    response_error,
+)
+from retsu_client.errors import APIError, ConnectionFailed
+from retsu_client.models import (
+    AuditEntry,
+    Consumer,
+    ConsumerHealth,
+    DeadLetter,
+    Enqueued,
+    History,
+    Message,
+    MessageState,
+    NewMessage,
+    Page,
+    Priority,
+    Queue,
+    QueueDetails,
+    StoredMessage,
+)
+from retsu_client.retry import RetryPolicy, retry_exception, retry_status
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+DEFAULT_RETRY = RetryPolicy()
+PAGE_SIZE = 100
+
+
+def run_sync(op: Op[T], send: Callable[[Call], httpx.Response]) -> T:
+    """Drive an operation: send what it yields, throw error answers back into it."""
+    try:
+        call = next(op)
+        while True:
+            try:
+                response = send(call)
+            except APIError as error:
+                call = op.throw(error)
+            else:
+                call = op.send(response)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def as_new_message(message: NewMessage | str, priority: Priority | str) -> NewMessage:
+    return (
+        message
+        if isinstance(message, NewMessage)
+        else NewMessage(payload=message, priority=priority)
+    )
+
+
+class Client:
+    """A blocking Retsu client. Use it as a context manager (or call ``close()``).
+
+    ``base_url`` and ``token`` default to ``RETSU_URL`` / ``RETSU_TOKEN``. ``transport``
+    replaces httpx's network transport (``retsu_client.testing.FakeRetsu().transport()``
+    serves the API from memory). ``consumer`` names this client on every dequeue
+    (``Retsu-Consumer``). A queue is named by id or by name everywhere.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float | httpx.Timeout = 10.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        transport: httpx.BaseTransport | None = None,
+        consumer: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.base_url = env_url(base_url)
+        self.retry = retry
+        self.consumer = consumer
+        self._timeout = as_timeout(timeout)
+        self._names = QueueNames()
+        self._sleep: Callable[[float], None] = time.sleep  # replaced by tests that check the waits
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=default_headers(env_token(token), headers),
+            timeout=self._timeout,
+            transport=transport,
+            limits=limits(),
+        )
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _run(self, op: Op[T]) -> T:
+        return run_sync(op, self._send)
+
+    def _send(self, call: Call) -> httpx.Response:
+        request_id = new_request_id()
+        schedule = self.retry.schedule()
+        while True:
+            request = build_request(self._http, call, request_id, self._timeout)
+            try:
+                response = self._http.send(request)
+            except httpx.TransportError as error:
+                delay = schedule.next_delay() if retry_exception(error, call.repeatable) else None
+                if delay is None:
+                    raise ConnectionFailed(
+                        f"{describe(call)} to {self.base_url} failed: {error!r}",
+                        request_id=request_id,
+                    ) from error
+                log.info("retrying %s in %.2fs after %r", describe(call), delay, error)
+                self._sleep(delay)
+                continue
+            if response.is_success:
+                return response
+            api_error = response_error(response, request_id)
+            retry = retry_status(response.status_code, api_error.code, call.repeatable)
+            delay = schedule.next_delay(api_error.retry_after) if retry else None
+            if delay is None:
+                raise api_error
+            log.info("retrying %s in %.2fs after %s", describe(call), delay, api_error.code)
+            self._sleep(delay)
+
+    @staticmethod
+    def _follow(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
+        cursor: str | None = None
+        while True:
+            page = fetch(cursor)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    # --- queues -------------------------------------------------------------------------
+
+    def queue_id(self, queue: QueueRef) -> str:
+        """The id of a queue named by id or name (a name is looked up once, then cached)."""
+        return self._run(calls.resolve(self._names, queue))
+
+    def create_queue(
+        self,
+        name: str,
+        *,
+        visibility_timeout_seconds: int | None = None,
+        max_delivery_attempts: int | None = None,
+        default_message_ttl_seconds: int | None = None,
+    ) -> Queue:
+        return self._run(
+            calls.create_queue(
+                self._names,
+                name,
+                visibility_timeout_seconds,
+                max_delivery_attempts,
+                default_message_ttl_seconds,
+            )
+        )
+
+    def list_queues(
+        self, *, name: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page[Queue]:
+        return self._run(calls.list_queues(limit, cursor, name))
+
+    def iter_queues(
+        self, *, name: str | None = None, page_size: int = PAGE_SIZE
+    ) -> Iterator[Queue]:
+        """Every queue, by name, following the cursors."""
+        return self._follow(lambda c: self.list_queues(name=name, limit=page_size, cursor=c))
+
+    def get_queue(self, queue: QueueRef) -> QueueDetails:
+        return self._run(calls.get_queue(self._names, queue))
+
+    def update_queue(
+        self,
+        queue: QueueRef,
+        *,
+        visibility_timeout_seconds: int | None = None,
+        max_delivery_attempts: int | None = None,
+        default_message_ttl_seconds: int | None = None,
+    ) -> Queue:
+        return self._run(
+            calls.update_queue(
+                self._names,
+                queue,
+                visibility_timeout_seconds,
+                max_delivery_attempts,
+                default_message_ttl_seconds,
+            )
+        )
+
+    def pause_queue(self, queue: QueueRef) -> Queue:
+        return self._run(calls.set_paused(self._names, queue, True))
+
+    def resume_queue(self, queue: QueueRef) -> Queue:
+        return self._run(calls.set_paused(self._names, queue, False))
+
+    def purge_queue(self, queue: QueueRef) -> int:
+        """Remove every live message (not dead letters); returns how many."""
+        return self._run(calls.purge_queue(self._names, queue))
+
+    def delete_queue(self, queue: QueueRef) -> None:
+        self._run(calls.delete_queue(self._names, queue))
+
+    # --- messages -----------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: QueueRef,
+        payload: str,
+        *,
+        priority: Priority | str = Priority.MEDIUM,
+        ttl_seconds: int | None = None,
+        delay_seconds: int | None = None,
+        idempotency_key: str | None = None,
+        idempotent: bool = True,
+    ) -> Enqueued:
+        """Enqueue one message. It carries an ``Idempotency-Key`` — ``idempotency_key``,
+        else a fresh one per call unless ``idempotent=False`` — so retries never store it
+        twice; without a key it is retried only when it provably never reached the server."""
+        key = idempotency_key or (calls.new_idempotency_key() if idempotent else None)
+        message = NewMessage(
+            payload=payload, priority=priority, ttl_seconds=ttl_seconds, delay_seconds=delay_seconds
+        )
+        return self._run(calls.enqueue(self._names, queue, message, key))
+
+    def enqueue_json(
+        self,
+        queue: QueueRef,
+        obj: Any,
+        *,
+        priority: Priority | str = Priority.MEDIUM,
+        ttl_seconds: int | None = None,
+        delay_seconds: int | None = None,
+        idempotency_key: str | None = None,
+        idempotent: bool = True,
+    ) -> Enqueued:
+        """Enqueue ``obj`` encoded as JSON (anything msgspec encodes: dicts, Structs, ...)."""
+        return self.enqueue(
+            queue,
+            msgspec.json.encode(obj).decode(),
+            priority=priority,
+            ttl_seconds=ttl_seconds,
+            delay_seconds=delay_seconds,
+            idempotency_key=idempotency_key,
+            idempotent=idempotent,
+        )
+
+    def enqueue_batch(
+        self,
+        queue: QueueRef,
+        messages: Iterable[NewMessage | str],
+        *,
+        priority: Priority | str = Priority.MEDIUM,
+    ) -> list[str]:
+        """Enqueue 1–100 messages at once, all or nothing; returns their ids in order.
+        Strings get ``priority``. The route takes no Idempotency-Key, so this is retried
+        only when the request provably never reached the server."""
+        batch = [as_new_message(message, priority) for message in messages]
+        return self._run(calls.enqueue_batch(self._names, queue, batch))
+
+    def dequeue(
+        self,
+        queue: QueueRef,
+        *,
+        wait_seconds: int | None = None,
+        visibility_timeout_seconds: int | None = None,
+        consumer: str | None = None,
+    ) -> Message | None:
+        """The next message (highest priority, then oldest), or None when nothing was
+        deliverable within ``wait_seconds`` (0–20, long polling)."""
+        return self._run(
+            calls.dequeue(
+                self._names,
+                queue,
+                wait_seconds,
+                visibility_timeout_seconds,
+                consumer or self.consumer,
+            )
+        )
+
+    def dequeue_many(
+        self,
+        queue: QueueRef,
+        max_messages: int = 10,
+        *,
+        wait_seconds: int | None = None,
+        visibility_timeout_seconds: int | None = None,
+        consumer: str | None = None,
+    ) -> list[Message]:
+        """Up to ``max_messages`` (1–100) messages; an empty list when none came in time."""
+        return self._run(
+            calls.dequeue_many(
+                self._names,
+                queue,
+                max_messages,
+                wait_seconds,
+                visibility_timeout_seconds,
+                consumer or self.consumer,
+            )
+        )
+
+    def acknowledge(
+        self, queue: QueueRef, message: MessageRef, receipt_handle: str | None = None
+    ) -> None:
+        """Remove a delivered message (give the ``Message``, or its id and handle)."""
+        self._run(calls.acknowledge(self._names, queue, message, receipt_handle))
+
+    def acknowledge_batch(
+        self, queue: QueueRef, messages: Iterable[Message | tuple[str, str]]
+    ) -> None:
+        """Acknowledge 1–100 deliveries in one call (``Message`` values or (id, handle))."""
+        self._run(calls.acknowledge_batch(self._names, queue, messages))
+
+    def change_visibility(
+        self,
+        queue: QueueRef,
+        message: MessageRef,
+        visibility_timeout_seconds: int,
+        *,
+        receipt_handle: str | None = None,
+    ) -> None:
+        """End the lease that many seconds from now (0 releases the message at once).
+        Raises ``StaleReceiptHandle`` when the handle is not the current delivery."""
+        self._run(
+            calls.change_visibility(
+                self._names, queue, message, visibility_timeout_seconds, receipt_handle
+            )
+        )
+
+    # --- browsing (operators) -----------------------------------------------------------
+
+    def list_messages(
+        self,
+        queue: QueueRef,
+        *,
+        state: MessageState | str | None = None,
+        priority: Priority | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[StoredMessage]:
+        """Live messages without claiming them (by state and priority)."""
+        return self._run(calls.list_messages(self._names, queue, state, priority, limit, cursor))
+
+    def iter_messages(
+        self,
+        queue: QueueRef,
+        *,
+        state: MessageState | str | None = None,
+        priority: Priority | str | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[StoredMessage]:
+        return self._follow(
+            lambda c: self.list_messages(
+                queue, state=state, priority=priority, limit=page_size, cursor=c
+            )
+        )
+
+    def get_message(self, queue: QueueRef, message: MessageRef) -> StoredMessage:
+        return self._run(calls.get_message(self._names, queue, message))
+
+    def delete_message(self, queue: QueueRef, message: MessageRef) -> None:
+        self._run(calls.delete_message(self._names, queue, message))
+
+    # --- dead letters -------------------------------------------------------------------
+
+    def list_dead_letters(
+        self, queue: QueueRef, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[DeadLetter]:
+        return self._run(calls.list_dead_letters(self._names, queue, limit, cursor))
+
+    def iter_dead_letters(
+        self, queue: QueueRef, *, page_size: int = PAGE_SIZE
+    ) -> Iterator[DeadLetter]:
+        """Every dead letter of the queue, newest first."""
+        return self._follow(lambda c: self.list_dead_letters(queue, limit=page_size, cursor=c))
+
+    def get_dead_letter(self, queue: QueueRef, message: MessageRef) -> DeadLetter:
+        return self._run(calls.get_dead_letter(self._names, queue, message))
+
+    def redrive_dead_letter(self, queue: QueueRef, message: MessageRef) -> str:
+        """Put a dead letter back on its queue as a fresh message; returns the new id."""
+        return self._run(calls.redrive_dead_letter(self._names, queue, message))
+
+    def redrive_dead_letters(self, queue: QueueRef, *, limit: int | None = None) -> int:
+        """Redrive up to ``limit`` (1–1000, default 100) dead letters, oldest first."""
+        return self._run(calls.redrive_dead_letters(self._names, queue, limit))
+
+    def delete_dead_letter(self, queue: QueueRef, message: MessageRef) -> None:
+        self._run(calls.delete_dead_letter(self._names, queue, message))
+
+    # --- audit log, consumers, history --------------------------------------------------
+
+    def list_audit_log(
+        self,
+        *,
+        queue: QueueRef | None = None,
+        action: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[AuditEntry]:
+        return self._run(calls.list_audit_log(self._names, queue, action, limit, cursor))
+
+    def iter_audit_log(
+        self,
+        *,
+        queue: QueueRef | None = None,
+        action: str | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[AuditEntry]:
+        """Every audit entry (newest first), optionally of one queue or action."""
+        return self._follow(
+            lambda c: self.list_audit_log(queue=queue, action=action, limit=page_size, cursor=c)
+        )
+
+    def list_consumers(
+        self,
+        *,
+        queue: QueueRef | None = None,
+        health: ConsumerHealth | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[Consumer]:
+        return self._run(calls.list_consumers(self._names, queue, health, limit, cursor))
+
+    def iter_consumers(
+        self,
+        *,
+        queue: QueueRef | None = None,
+        health: ConsumerHealth | str | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[Consumer]:
+        return self._follow(
+            lambda c: self.list_consumers(queue=queue, health=health, limit=page_size, cursor=c)
+        )
+
+    def queue_history(self, queue: QueueRef, *, minutes: int | None = None) -> History:
+        """Depth and throughput snapshots of the last ``minutes`` (default 60), oldest first."""
+        return self._run(calls.queue_history(self._names, queue, minutes))

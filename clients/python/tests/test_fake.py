@@ -1,0 +1,88 @@
+"""What the fake offers beyond the contract: a clock you move, the cleaner on demand, and
+unit-testing a handler with the real Worker and no server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from retsu_client import Client, Message, RetryLater, Worker
+from retsu_client.testing import FakeRetsu, FakeToken, ManualClock
+
+
+def test_time_on_the_fake_moves_only_when_told() -> None:
+    fake = FakeRetsu(clock=ManualClock())
+    with Client(transport=fake.transport()) as retsu:
+        retsu.create_queue("jobs", visibility_timeout_seconds=30)
+        retsu.enqueue("jobs", "x", delay_seconds=60)
+
+        assert retsu.dequeue("jobs") is None
+        fake.clock.advance(60)
+        message = retsu.dequeue("jobs")
+        assert message is not None
+        fake.clock.advance(29)
+        assert retsu.dequeue("jobs") is None
+        fake.clock.advance(1)
+        again = retsu.dequeue("jobs")
+        assert again is not None and again.delivery_attempts == 2
+
+
+def test_expired_messages_are_never_delivered_and_the_cleaner_counts_them() -> None:
+    fake = FakeRetsu(clock=ManualClock(), history_interval_seconds=60)
+    with fake.client() as retsu:
+        retsu.create_queue("short")
+        retsu.enqueue("short", "brief", ttl_seconds=10)
+        fake.clock.advance(10)
+
+        assert retsu.dequeue("short") is None
+        assert retsu.get_queue("short").stats.ready == 0
+        assert fake.clean_expired() == 1
+        fake.clock.advance(60)
+        (point,) = retsu.queue_history("short").points
+        assert (point.enqueued, point.expired) == (1, 1)
+
+
+def test_idempotency_keys_are_forgotten_after_24_hours() -> None:
+    fake = FakeRetsu(clock=ManualClock())
+    with fake.client() as retsu:
+        retsu.create_queue("orders")
+        first = retsu.enqueue("orders", "x", idempotency_key="k")
+        fake.clock.advance(24 * 3600)
+
+        second = retsu.enqueue("orders", "x", idempotency_key="k")
+
+    assert second.id != first.id and second.replayed is False
+
+
+def test_the_fake_refuses_unknown_token_scopes() -> None:
+    with pytest.raises(ValueError):
+        FakeRetsu(tokens=[FakeToken("x", "s", ["everything"])])
+
+
+async def test_a_handler_is_unit_tested_with_the_real_worker_and_no_server() -> None:
+    fake = FakeRetsu()
+    handled: list[dict[str, object]] = []
+    both = asyncio.Event()
+
+    async def send_email(message: Message) -> None:
+        order = message.json()
+        if order["to"] == "later@example.com" and message.delivery_attempts == 1:
+            raise RetryLater(1)
+        handled.append(order)
+        if len(handled) == 2:
+            both.set()
+
+    with fake.client() as retsu:
+        retsu.create_queue("emails")
+        retsu.enqueue_json("emails", {"to": "ada@example.com"})
+        retsu.enqueue_json("emails", {"to": "later@example.com"})
+
+    async with fake.async_client() as client:
+        worker = Worker(client, "emails", send_email, wait_seconds=1)
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(both.wait(), 10)
+        worker.stop()
+        await task
+
+    assert [h["to"] for h in handled] == ["ada@example.com", "later@example.com"]
