@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import psutil  # type: ignore[import-untyped]
 
+from retsu.adapters.postgres.counters import count_stored
+
 PAYLOAD_BYTES = 512
 # Retsu's priorities and their stored values; the mix is HIGH, MEDIUM, LOW in turn.
 PRIORITY_VALUES = (3, 2, 1)
@@ -84,18 +86,22 @@ class Databases:
 # enqueued now, lifetime from the TTL, deliverable now), in one INSERT ... SELECT.
 # Ids are UUIDv7-shaped (millisecond time prefix, version 7, RFC 4122 variant), as
 # Retsu's own id generator makes them, so the primary key sees the same locality.
-RETSU_PREFILL = """
-INSERT INTO queue_message
-    (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
-     delivery_attempts)
-SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-        || '7' || substr(md5(i::text || random()::text), 1, 3)
-        || substr('89ab', 1 + floor(random() * 4)::int, 1)
-        || substr(md5(random()::text || i::text), 1, 15))::uuid,
-       $1, $2, (ARRAY[3, 2, 1])[1 + i % 3]::smallint, 1, now(),
-       now() + make_interval(secs => $3), now(), 0
-FROM generate_series(1, $4::integer) AS i
-ORDER BY i
+RETSU_PREFILL = f"""
+WITH stored AS (
+    INSERT INTO queue_message
+        (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
+         delivery_attempts)
+    SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+            || '7' || substr(md5(i::text || random()::text), 1, 3)
+            || substr('89ab', 1 + floor(random() * 4)::int, 1)
+            || substr(md5(random()::text || i::text), 1, 15))::uuid,
+           $1, $2, (ARRAY[3, 2, 1])[1 + i % 3]::smallint, 1, now(),
+           now() + make_interval(secs => $3), now(), 0
+    FROM generate_series(1, $4::integer) AS i
+    ORDER BY i
+    RETURNING queue_id, id, priority, state
+), {count_stored("stored")}
+SELECT count(*) FROM stored
 """
 
 
@@ -106,8 +112,9 @@ async def retsu_prefill(
 
 
 async def retsu_reset(connection: asyncpg.Connection) -> None:
-    """Remove every message (triggers keep the rollup exact) and vacuum the table."""
+    """Remove every message and its counts, and vacuum the table."""
     await connection.execute("DELETE FROM queue_message")
+    await connection.execute("DELETE FROM queue_state_rollup")
     await connection.execute("VACUUM queue_message")
 
 

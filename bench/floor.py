@@ -94,16 +94,14 @@ class FloorOps:
         self._dequeue_one = s.dequeue.args(
             queue_id=system.queue_id,
             limit=1,
-            visibility_timeout=float(system.visibility_timeout),
-            max_attempts=system.max_attempts,
+            visibility_timeout=system.visibility_timeout,
             elapsed_batch=s.dead_letter_batch_size,
             reason=s.dead_letter_reason,
         )
         self._dequeue_many = s.dequeue.args(
             queue_id=system.queue_id,
             limit=system.batch_size,
-            visibility_timeout=float(system.visibility_timeout),
-            max_attempts=system.max_attempts,
+            visibility_timeout=system.visibility_timeout,
             elapsed_batch=s.dead_letter_batch_size,
             reason=s.dead_letter_reason,
         )
@@ -137,7 +135,7 @@ class FloorOps:
     async def dequeue(self, limit: int | None) -> Sequence[Any]:
         args = self._dequeue_one if limit is None else self._dequeue_many
         rows = await self._pool.fetch(self._dequeue_sql, *args)
-        if not rows or not rows[0]["queue_exists"]:
+        if not rows or not rows[-1]["queue_found"]:
             raise OpError("dequeue: queue not found")
         return [(row["id"], row["receipt_handle"]) for row in rows if row["id"] is not None]
 

@@ -155,15 +155,24 @@ class Scenario:
         self,
         limit: int = 1,
         *,
-        visibility: int = 30,
-        max_attempts: int = 5,
+        visibility: int | None = 30,
+        max_attempts: int | None = None,
         dead_letter_batch: int = 100,
     ) -> DequeueResult:
+        """Dequeue; ``max_attempts`` first sets the queue's attempts limit (storage reads
+        the limit from the queue itself, at dequeue time)."""
+        if max_attempts is not None and max_attempts != self.queue.settings.max_delivery_attempts:
+            updated = await self.harness.queues.update_queue(
+                self.queue.id,
+                QueueSettingsUpdate(max_delivery_attempts=max_attempts),
+                audit_of(self.queue.id),
+            )
+            assert updated is not None
+            self.queue = updated
         return await self.messages.dequeue(
             self.queue.id,
             limit=limit,
             visibility_timeout_seconds=visibility,
-            max_delivery_attempts=max_attempts,
             dead_letter_batch_size=dead_letter_batch,
         )
 
@@ -361,7 +370,6 @@ class RepositoryContract:
                 uuid7(),
                 limit=1,
                 visibility_timeout_seconds=30,
-                max_delivery_attempts=5,
                 dead_letter_batch_size=100,
             )
 
@@ -511,6 +519,45 @@ class RepositoryContract:
             await q.advance(11)
         # The queue's limit was lowered to 2 in the meantime.
         assert (await q.take(max_attempts=2)).dead_lettered == 1
+
+    async def test_a_requeued_message_past_a_lowered_limit_is_dead_lettered_not_delivered(
+        self, q: Scenario
+    ) -> None:
+        await q.send(message("retried", Priority.LOW))
+        for _ in range(2):
+            await q.take_messages(visibility=10, max_attempts=5)
+            await q.advance(11)
+        # A HIGH message wins the next claim; "retried" goes back to READY (2 attempts).
+        await q.send(message("first", Priority.HIGH))
+        assert await q.take_payloads(visibility=10, max_attempts=5) == ["first"]
+        state = {s.priority: s for s in await q.state.read_state(q.id)}
+        assert state[Priority.LOW].ready == 1
+
+        # The limit drops to 2: "retried" has no attempt left. It counts as nothing...
+        await q.queues.update_queue(
+            q.id, QueueSettingsUpdate(max_delivery_attempts=2), audit_of(q.id)
+        )
+        state = {s.priority: s for s in await q.state.read_state(q.id)}
+        assert (state[Priority.LOW].ready, state[Priority.LOW].oldest_ready_age_seconds) == (0, 0)
+        # ... is never delivered a third time, and the next dequeue moves it to dead letters.
+        result = await q.take(visibility=10)
+        assert (result.messages, result.dead_lettered) == ([], 1)
+        (dead,) = await q.dead_letter_records()
+        assert (dead.payload, dead.delivery_attempts) == ("retried", 2)
+        assert await q.stored() == 1  # "first", still in flight
+
+    async def test_a_paused_queue_claims_and_moves_nothing(self, q: Scenario) -> None:
+        await q.send_payloads("held")
+        await q.take_messages(visibility=10, max_attempts=1)
+        await q.advance(11)  # its lease ended with no attempt left
+        await q.send_payloads("waiting")
+        await q.queues.set_paused(q.id, True, audit_of(q.id, AuditAction.QUEUE_PAUSED))
+        result = await q.take()
+        assert (result.messages, result.dead_lettered, result.paused) == ([], 0, True)
+        assert await q.dead_letter_records() == []
+        await q.queues.set_paused(q.id, False, audit_of(q.id, AuditAction.QUEUE_RESUMED))
+        result = await q.take()
+        assert ([m.payload for m in result.messages], result.dead_lettered) == (["waiting"], 1)
 
     async def test_dead_letter_moves_are_bounded_per_dequeue(self, q: Scenario) -> None:
         await q.send_payloads(*(str(i) for i in range(5)))
@@ -815,7 +862,7 @@ class RepositoryContract:
     async def test_delete_removes_the_queue_and_everything_in_it(
         self, harness: RepositoryHarness
     ) -> None:
-        q = await self.scenario(harness)
+        q = await self.scenario(harness, max_delivery_attempts=1)
         await self.make_dead_letters(q, "dead-1", "dead-2")
         await q.send_payloads("a", "b", "c")
         await q.messages.enqueue_idempotent(q.id, message("keyed"), "key-1", b"f" * 32)

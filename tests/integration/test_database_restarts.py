@@ -143,7 +143,6 @@ async def every_operation(storage: PostgresStorage) -> None:
         queue.id,
         limit=2,
         visibility_timeout_seconds=30,
-        max_delivery_attempts=5,
         dead_letter_batch_size=10,
     )
     first, second = taken.messages
@@ -212,7 +211,6 @@ async def test_with_one_session_in_ten_killed_no_call_ever_fails(
             queue.id,
             limit=1,
             visibility_timeout_seconds=30,
-            max_delivery_attempts=5,
             dead_letter_batch_size=10,
         )
         [delivered] = result.messages
@@ -280,7 +278,6 @@ async def test_an_acknowledgement_cut_off_mid_statement_runs_again_on_a_fresh_co
             queue.id,
             limit=1,
             visibility_timeout_seconds=60,
-            max_delivery_attempts=5,
             dead_letter_batch_size=10,
         )
     ).messages
@@ -364,7 +361,6 @@ async def test_a_refused_database_is_database_unavailable_for_every_operation() 
             queue_id,
             limit=1,
             visibility_timeout_seconds=30,
-            max_delivery_attempts=5,
             dead_letter_batch_size=10,
         ),
         lambda: storage.messages.acknowledge(queue_id, []),

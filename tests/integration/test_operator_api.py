@@ -330,6 +330,31 @@ async def test_pause_and_resume_are_honoured_by_dequeue(client: httpx.AsyncClien
     assert [m["payload"] for m in delivered] == ["before", "while paused"]
 
 
+async def test_an_operator_action_that_cannot_get_its_locks_answers_busy(
+    client: httpx.AsyncClient, operator_database: str
+) -> None:
+    queue_id = await new_queue(client)
+    await enqueue(client, queue_id, "kept")
+    holder = await asyncpg.connect(plain_url(operator_database))
+    try:
+        async with holder.transaction():
+            # Someone keeps the queue row locked (a long schema change, a stuck session).
+            await holder.execute(
+                "SELECT 1 FROM queue WHERE id = $1 FOR UPDATE", uuid.UUID(queue_id)
+            )
+            purged = await client.post(f"/v1/queues/{queue_id}/purge")
+            assert purged.status_code == 503, purged.text
+            assert purged.headers["retry-after"].isdigit()
+            assert purged.headers["content-type"].startswith("application/problem+json")
+            assert purged.json()["code"] == "busy"
+    finally:
+        await holder.close()
+    # Nothing changed, and the same request succeeds once the lock is gone.
+    assert (await stats(client, queue_id))["ready"] == 1
+    purged = await client.post(f"/v1/queues/{queue_id}/purge")
+    assert (purged.status_code, purged.json()) == (200, {"purged": 1})
+
+
 async def test_purge_and_delete(client: httpx.AsyncClient, operator_database: str) -> None:
     name = unique("doomed")
     queue_id = await new_queue(client, name, max_delivery_attempts=1)

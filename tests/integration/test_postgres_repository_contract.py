@@ -192,7 +192,6 @@ async def test_a_queue_deleted_under_dequeues_and_enqueues_goes_cleanly(
         queue.id,
         limit=50,
         visibility_timeout_seconds=1,
-        max_delivery_attempts=1,
         dead_letter_batch_size=100,
     )
     await harness.advance(2)  # 50 exhausted leases: the next dequeues dead-letter them
@@ -206,7 +205,6 @@ async def test_a_queue_deleted_under_dequeues_and_enqueues_goes_cleanly(
                         queue.id,
                         limit=5,
                         visibility_timeout_seconds=30,
-                        max_delivery_attempts=1,
                         dead_letter_batch_size=10,
                     )
                 else:

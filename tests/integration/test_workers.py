@@ -171,7 +171,6 @@ async def test_the_expired_cleaner_removes_ready_at_once_and_leased_after_the_le
         queue_id,
         limit=1,
         visibility_timeout_seconds=60,
-        max_delivery_attempts=5,
         dead_letter_batch_size=100,
     )
     assert len(leased.messages) == 1
@@ -266,7 +265,6 @@ async def test_the_dead_letter_cleaner_honours_the_retention(
             queue_id,
             limit=n,
             visibility_timeout_seconds=1,
-            max_delivery_attempts=1,
             dead_letter_batch_size=100,
         )
         await advance_database_clock(database, 2)
@@ -274,7 +272,6 @@ async def test_the_dead_letter_cleaner_honours_the_retention(
             queue_id,
             limit=1,
             visibility_timeout_seconds=1,
-            max_delivery_attempts=1,
             dead_letter_batch_size=100,
         )
         assert result.dead_lettered == n

@@ -6,6 +6,10 @@ Built as the containers build them, minus telemetry and long-poll announcements:
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
@@ -31,3 +35,25 @@ class PostgresStorage:
         self.maintenance = PostgresMaintenance(self.database)
         self.leadership = AdvisoryLockLeadership(self.database)
         self.secrets = PostgresServerSecrets(self.database)
+
+
+def _migration(revision: str) -> ModuleType:
+    """A migration module, by its file (migrations/ is not a package)."""
+    (path,) = (Path(__file__).parents[2] / "migrations" / "versions").glob(f"{revision}_*.py")
+    spec = importlib.util.spec_from_file_location(f"retsu_migration_{revision}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOT_PATH_MIGRATION = _HOT_PATH = _migration("0005")
+# The planner settings the server-side functions pin ("enable_seqscan = off", ...).
+PINNED_SETTINGS: list[str] = [
+    part.strip() for part in _HOT_PATH.PINNED.split("SET ") if part.strip()
+]
+
+
+def state_query(*, one_queue: bool) -> str:
+    """``retsu_queue_state``'s query (one queue: ``:queue_id``), to EXPLAIN it."""
+    return str(_HOT_PATH._state_query(one_queue)).replace("p_queue_id", ":queue_id")

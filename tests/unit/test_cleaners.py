@@ -101,7 +101,6 @@ class World:
             queue.id,
             limit=limit,
             visibility_timeout_seconds=visibility,
-            max_delivery_attempts=queue.settings.max_delivery_attempts,
             dead_letter_batch_size=100,
         )
         return [m.id for m in result.messages]
@@ -154,7 +153,6 @@ async def test_expiry_wins_over_dead_lettering(world: World) -> None:
         queue.id,
         limit=1,
         visibility_timeout_seconds=30,
-        max_delivery_attempts=1,
         dead_letter_batch_size=100,
     )
     assert (result.messages, result.dead_lettered) == ([], 0)  # not the dequeue's to bury
@@ -173,7 +171,6 @@ async def test_an_unexpired_exhausted_message_is_dead_lettered_not_expired(world
         queue.id,
         limit=1,
         visibility_timeout_seconds=30,
-        max_delivery_attempts=1,
         dead_letter_batch_size=100,
     )
     assert result.dead_lettered == 1
@@ -319,7 +316,6 @@ async def dead_letter(world: World, queue: Queue, n: int = 1) -> None:
         queue.id,
         limit=1,
         visibility_timeout_seconds=30,
-        max_delivery_attempts=queue.settings.max_delivery_attempts,
         dead_letter_batch_size=100,
     )
     assert result.dead_lettered == n

@@ -91,7 +91,7 @@ class World:
         self.create_queue = CreateQueue(r, d, n, ids, self.clock)
         self.update_queue = UpdateQueue(r, d, n)
         self.enqueue = Enqueue(r, d, ids, e)
-        self.dequeue = Dequeue(r, d, e)
+        self.dequeue = Dequeue(r, n, e)
         self.acknowledge = Acknowledge(r, n, e)
         self.list_queues = ListQueues(r, s)
         self.get_queue = GetQueue(r, r)

@@ -184,7 +184,6 @@ class MemoryDriver:
             queue_id,
             limit=n,
             visibility_timeout_seconds=visibility,
-            max_delivery_attempts=max_attempts,
             dead_letter_batch_size=100,
         )
         return len(result.messages), result.dead_lettered

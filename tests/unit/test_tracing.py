@@ -401,7 +401,6 @@ async def test_a_decorator_delegates_each_method_with_its_arguments() -> None:
         queue_id,
         limit=3,
         visibility_timeout_seconds=30,
-        max_delivery_attempts=5,
         dead_letter_batch_size=10,
     )
     assert result == DequeueResult(messages=[], dead_lettered=0)
@@ -414,7 +413,6 @@ async def test_a_decorator_delegates_each_method_with_its_arguments() -> None:
             {
                 "limit": 3,
                 "visibility_timeout_seconds": 30,
-                "max_delivery_attempts": 5,
                 "dead_letter_batch_size": 10,
             },
         ),

@@ -44,7 +44,7 @@ class World:
         self.create_queue = CreateQueue(self.repository, self.details, self.names, ids, self.clock)
         self.update_queue = UpdateQueue(self.repository, self.details, self.names)
         self.enqueue = Enqueue(self.repository, self.details, ids, self.events)
-        self.dequeue = Dequeue(self.repository, self.details, self.events)
+        self.dequeue = Dequeue(self.repository, self.names, self.events)
         self.acknowledge = Acknowledge(self.repository, self.names, self.events)
 
     async def queue(self, name: str = "orders", **settings: int) -> Queue:
@@ -541,7 +541,6 @@ async def test_dequeue_moves_a_bounded_batch_of_exhausted_messages_at_a_time(
             queue.id,
             limit=1,
             visibility_timeout_seconds=10,
-            max_delivery_attempts=1,
             dead_letter_batch_size=2,
         )
 

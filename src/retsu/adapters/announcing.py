@@ -44,15 +44,13 @@ class AnnouncingMessages:
         queue_id: UUID,
         *,
         limit: int,
-        visibility_timeout_seconds: int,
-        max_delivery_attempts: int,
+        visibility_timeout_seconds: int | None,
         dead_letter_batch_size: int,
     ) -> DequeueResult:
         return await self._messages.dequeue(
             queue_id,
             limit=limit,
             visibility_timeout_seconds=visibility_timeout_seconds,
-            max_delivery_attempts=max_delivery_attempts,
             dead_letter_batch_size=dead_letter_batch_size,
         )
 

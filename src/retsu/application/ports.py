@@ -92,13 +92,18 @@ class MessageRepository(Protocol):
         queue_id: UUID,
         *,
         limit: int,
-        visibility_timeout_seconds: int,
-        max_delivery_attempts: int,
+        visibility_timeout_seconds: int | None,
         dead_letter_batch_size: int,
     ) -> DequeueResult:
         """Move up to ``dead_letter_batch_size`` exhausted messages to dead-letter storage,
         then claim up to ``limit`` deliverable messages: highest priority first, FIFO
         within a priority, never one that is expired, delayed or leased.
+
+        The queue's own stored settings decide, read in the same transaction (never a
+        cached copy): its attempts limit (a message with no attempts left is never
+        delivered again, even after the limit was lowered), its visibility timeout when
+        ``visibility_timeout_seconds`` is None, and whether it is paused (then nothing is
+        claimed or moved, and the result says ``paused``). Raises QueueNotFound.
         """
         ...
 

@@ -146,6 +146,9 @@ class DequeueResult:
     # queue may become deliverable (a delay or a lease ending), None if none is known.
     # Only a hint for long polling (when to look again), so it takes no part in equality.
     next_available_in_seconds: float | None = field(default=None, compare=False)
+    # The queue is paused: nothing was claimed (the storage reads the queue's own row, so a
+    # pause stops every API process at once).
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -288,7 +288,7 @@ class UseCaseContainer(containers.DeclarativeContainer):
     dequeue = providers.Singleton(
         Dequeue,
         messages=storage.messages,
-        details=lookups.details,
+        names=lookups.names,
         events=core.metrics,
         signals=storage.message_signals,
     )

@@ -215,17 +215,23 @@ class InMemoryRepository:
         queue_id: UUID,
         *,
         limit: int,
-        visibility_timeout_seconds: int,
-        max_delivery_attempts: int,
+        visibility_timeout_seconds: int | None,
         dead_letter_batch_size: int,
     ) -> DequeueResult:
         stored = self._messages.get(queue_id)
-        if stored is None:
+        queue = self._queues.get(queue_id)
+        if stored is None or queue is None:
             raise QueueNotFound(queue_id)
+        if queue.paused:
+            return DequeueResult(messages=[], paused=True)
+        max_delivery_attempts = queue.settings.max_delivery_attempts
+        if visibility_timeout_seconds is None:
+            visibility_timeout_seconds = queue.settings.visibility_timeout_seconds
         now = self._clock.now()
         # Elapsed leases of unexpired messages, oldest lease end first, in two bounded
         # batches: exhausted ones go to dead-letter storage, retryable ones compete
-        # with the ready messages (and go back to READY if they lose).
+        # with the ready messages (and go back to READY if they lose). READY messages a
+        # lowered limit left with no attempts go to dead-letter storage too.
         elapsed = sorted(
             (
                 m
@@ -236,8 +242,15 @@ class InMemoryRepository:
         )
         exhausted = [m for m in elapsed if m.delivery_attempts >= max_delivery_attempts]
         retryable = [m for m in elapsed if m.delivery_attempts < max_delivery_attempts]
+        stale = [
+            m
+            for m in stored.values()
+            if m.state is State.READY
+            and m.delivery_attempts >= max_delivery_attempts
+            and m.expires_at > now
+        ]
         dead_lettered = 0
-        for message in exhausted[:dead_letter_batch_size]:
+        for message in exhausted[:dead_letter_batch_size] + stale[:dead_letter_batch_size]:
             del stored[message.id]
             self._dead_letters[queue_id][message.id] = StoredDeadLetter(
                 DeadLetter(
@@ -260,7 +273,10 @@ class InMemoryRepository:
             (
                 m
                 for m in stored.values()
-                if m.state is State.READY and m.available_after <= now and m.expires_at > now
+                if m.state is State.READY
+                and m.available_after <= now
+                and m.expires_at > now
+                and m.delivery_attempts < max_delivery_attempts
             ),
             key=lambda m: (-m.priority, m.enqueue_order),
         )[:limit]
@@ -518,8 +534,10 @@ class InMemoryRepository:
                         continue
                     elif m.available_after > now:
                         delayed += 1
-                    else:
+                    elif m.delivery_attempts < queue.settings.max_delivery_attempts:
                         ready_ages.append(m.enqueued_at)
+                    # else: READY with no attempts left under a lowered limit: in none,
+                    # until a dequeue moves it to dead letters.
                 states.append(
                     PriorityState(
                         queue_id=queue.id,

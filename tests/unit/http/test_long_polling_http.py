@@ -18,7 +18,7 @@ import pytest
 from dependency_injector import providers
 from litestar import Litestar
 
-from retsu.adapters.cache.passthrough import RepositoryQueueDetails
+from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue
 from retsu.entrypoints.containers import ApiContainer
@@ -56,7 +56,7 @@ def app(
 ) -> Litestar:
     dequeue = Dequeue(
         repository,
-        RepositoryQueueDetails(repository),
+        DetailsQueueNames(RepositoryQueueDetails(repository)),
         metrics,
         signals=signals,
         monotonic=signals.monotonic,

@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from retsu.adapters.cache.passthrough import RepositoryQueueDetails
+from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue
 from tests.support.memory.clock import FakeClock
@@ -58,7 +58,7 @@ class World:
             providers.Object(
                 Dequeue(
                     repository,
-                    RepositoryQueueDetails(repository),
+                    DetailsQueueNames(RepositoryQueueDetails(repository)),
                     metrics,
                     monotonic=lambda: float(next(jumps)),
                 )

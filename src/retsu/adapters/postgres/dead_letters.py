@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from retsu.adapters.postgres.audit_log import audit_insert
+from retsu.adapters.postgres.counters import COUNT_NEW_READY, uncount_dead_letters
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.queues import OPERATOR_ATTEMPTS
 from retsu.adapters.postgres.tables import MessageState, queue_dead_letter_message
@@ -27,26 +28,27 @@ from retsu.domain.message import DeadLetter, Priority
 
 READY = int(MessageState.READY)
 
-# Redrive: the record leaves dead-letter storage and comes back as a fresh message
-# (new id, attempts 0, the queue's default lifetime read in the same statement, same
-# priority), in one statement. The bulk form takes the oldest records first, skipping
-# any another redrive holds, and gives them the new ids (and enqueue order) in that order.
+# Redrive: the record leaves dead-letter storage and comes back as a fresh message (new id,
+# attempts 0, the queue's default lifetime read in the same statement, same priority,
+# ``redriven_from`` naming the record), in one statement that also moves the counts. The
+# bulk form takes the oldest records first, skipping any another redrive holds, and gives
+# them the new ids (and enqueue order) in that order.
 _REDRIVE_ONE = sa.text(
     f"""
     WITH moved AS (
         DELETE FROM queue_dead_letter_message
         WHERE queue_id = :queue_id AND id = :message_id
-        RETURNING payload, priority
-    ), stored AS (
+        RETURNING id, queue_id, payload, priority
+    ), {uncount_dead_letters("moved")}, stored AS (
         INSERT INTO queue_message
             (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
-             delivery_attempts)
+             delivery_attempts, redriven_from)
         SELECT CAST(:new_id AS uuid), q.id, moved.payload, moved.priority, {READY}, now(),
-               now() + make_interval(secs => q.default_message_ttl_seconds), now(), 0
+               now() + make_interval(secs => q.default_message_ttl_seconds), now(), 0, moved.id
         FROM moved JOIN queue AS q ON q.id = :queue_id
-        RETURNING id
+        RETURNING id, priority
     )
-    SELECT count(*) AS stored FROM stored
+    SELECT id, priority FROM stored
     """
 )
 _REDRIVE_MANY = sa.text(
@@ -62,24 +64,38 @@ _REDRIVE_MANY = sa.text(
         DELETE FROM queue_dead_letter_message AS d
         USING picked
         WHERE d.id = picked.id
-        RETURNING d.payload, d.priority, d.dead_lettered_at, d.enqueue_order
-    ), numbered AS (
-        SELECT payload, priority,
+        RETURNING d.id, d.queue_id, d.payload, d.priority, d.dead_lettered_at, d.enqueue_order
+    ), {uncount_dead_letters("moved")}, numbered AS (
+        SELECT id, payload, priority,
                row_number() OVER (ORDER BY dead_lettered_at, enqueue_order) AS n
         FROM moved
     ), stored AS (
         INSERT INTO queue_message
             (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
-             delivery_attempts)
+             delivery_attempts, redriven_from)
         SELECT ids.id, q.id, numbered.payload, numbered.priority, {READY}, now(),
-               now() + make_interval(secs => q.default_message_ttl_seconds), now(), 0
+               now() + make_interval(secs => q.default_message_ttl_seconds), now(), 0,
+               numbered.id
         FROM numbered
         JOIN unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS ids(id, n) ON ids.n = numbered.n
         JOIN queue AS q ON q.id = :queue_id
         ORDER BY numbered.n
-        RETURNING id
+        RETURNING id, priority
     )
-    SELECT count(*) AS stored FROM stored
+    SELECT id, priority FROM stored
+    """
+)
+# ... then, in the same transaction, the redriven messages are counted (counters.py).
+_COUNT_REDRIVEN = sa.text(COUNT_NEW_READY)
+
+_DELETE_ONE = sa.text(
+    f"""
+    WITH removed AS (
+        DELETE FROM queue_dead_letter_message
+        WHERE queue_id = :queue_id AND id = :message_id
+        RETURNING id, queue_id, priority
+    ), {uncount_dead_letters("removed")}
+    SELECT count(*) AS removed FROM removed
     """
 )
 
@@ -95,6 +111,26 @@ _DEAD_LETTER_COLUMNS = (
     queue_dead_letter_message.c.reason,
     queue_dead_letter_message.c.enqueue_order,
 )
+
+
+async def _redriven(
+    connection: AsyncConnection,
+    statement: sa.TextClause,
+    parameters: dict[str, Any],
+    queue_id: UUID,
+) -> int:
+    """Run a redrive statement, then count the messages it stored; how many."""
+    rows = (await connection.execute(statement, parameters)).all()
+    if rows:
+        await connection.execute(
+            _COUNT_REDRIVEN,
+            {
+                "queue_id": queue_id,
+                "ids": [row.id for row in rows],
+                "priorities": [row.priority for row in rows],
+            },
+        )
+    return len(rows)
 
 
 def _dead_letter_from_row(row: Any) -> DeadLetter:
@@ -167,8 +203,7 @@ class PostgresDeadLetters:
         parameters = {"queue_id": queue_id, "message_id": message_id, "new_id": new_id}
 
         async def redrive(connection: AsyncConnection) -> bool:
-            stored = (await connection.execute(_REDRIVE_ONE, parameters)).scalar_one()
-            if not stored:
+            if not await _redriven(connection, _REDRIVE_ONE, parameters, queue_id):
                 return False
             await connection.execute(audit_insert(audit))
             return True
@@ -181,18 +216,17 @@ class PostgresDeadLetters:
         parameters = {"queue_id": queue_id, "ids": list(new_ids), "limit": len(new_ids)}
 
         async def redrive(connection: AsyncConnection) -> int:
-            stored = int((await connection.execute(_REDRIVE_MANY, parameters)).scalar_one())
+            stored = await _redriven(connection, _REDRIVE_MANY, parameters, queue_id)
             await connection.execute(audit_insert(audit.with_details(redriven=stored)))
             return stored
 
         return await self._database.yielding(redrive, attempts=OPERATOR_ATTEMPTS)
 
     async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
-        t = queue_dead_letter_message
-        statement = sa.delete(t).where(t.c.queue_id == queue_id, t.c.id == message_id)
+        parameters = {"queue_id": queue_id, "message_id": message_id}
 
         async def delete(connection: AsyncConnection) -> bool:
-            if int((await connection.execute(statement)).rowcount) == 0:
+            if not (await connection.execute(_DELETE_ONE, parameters)).scalar_one():
                 return False
             await connection.execute(audit_insert(audit))
             return True

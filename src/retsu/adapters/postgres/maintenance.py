@@ -4,17 +4,13 @@ Each statement walks one index in order (expiry, dead-letter time, key creation
 time), stops after ``batch_size`` rows and locks them with SKIP LOCKED, so several
 cleaner replicas split the work between them instead of waiting on each other,
 and a batch never waits for a row a dequeue or acknowledge is holding. Deleting
-messages and dead letters keeps the state rollup exact through its triggers, in
-the same transaction.
+messages and dead letters takes them off the state rollup in the same statement
+(``counters.py``).
 
 Background work yields to foreground work: a batch waits at most 200 ms for any
 lock (in practice a state-rollup counter row that a dequeue or enqueue holds), then
-gives up and starts over a moment later. The counter rows of one statement are
-locked in key order, but a dequeue that claims and dead-letters runs three
-rollup triggers (claims, removals, dead letters), so its counter locks are not in
-one global order and a cleaner batch can meet it in a deadlock; giving up early
-ends that in 200 ms instead of PostgreSQL's deadlock_timeout, and a deadlock
-reported by PostgreSQL is retried the same way.
+gives up and starts over a moment later; a deadlock reported by PostgreSQL is retried
+the same way.
 
 Every batch is repeatable: when its connection breaks while it may be committing it
 runs once more on a fresh connection (rows already deleted are simply not found
@@ -30,8 +26,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from retsu.adapters.postgres.counters import IN_FLIGHT, uncount_dead_letters, uncount_messages
 from retsu.adapters.postgres.database import Database
-from retsu.adapters.postgres.tables import MessageState
 from retsu.domain.maintenance import (
     NEVER_DELIVERED,
     PREVIOUSLY_DELIVERED,
@@ -43,22 +39,37 @@ _ATTEMPTS = 10
 
 # Expired: past ``expires_at``; an in-flight message only once its lease has ended
 # too (a consumer holding an active lease may still acknowledge it). Dequeue never
-# touches expired rows, so expiry wins over dead-lettering. Walks
-# queue_message_expiry_idx from the oldest expiry and stops at the batch size.
+# touches expired rows, so expiry wins over dead-lettering. Messages not in flight come
+# from queue_message_expiry_idx, oldest expiry first; ended leases from each queue's
+# lease index (the expiry index leaves rows in flight out, so a claim adds no entry to
+# it). Each part stops at the batch size; the counts come off the rollup (and count as
+# expired) in the same statement.
 _DELETE_EXPIRED = sa.text(
     f"""
-    WITH doomed AS (
+    WITH idle AS (
         SELECT id FROM queue_message
-        WHERE expires_at <= now()
-          AND (state = {int(MessageState.READY)} OR available_after <= now())
+        WHERE expires_at <= now() AND state <> {IN_FLIGHT}
         ORDER BY expires_at
         LIMIT :batch_size
         FOR UPDATE SKIP LOCKED
+    ), leased AS (
+        SELECT m.id
+        FROM queue AS q CROSS JOIN LATERAL (
+            SELECT id FROM queue_message
+            WHERE queue_id = q.id AND state = {IN_FLIGHT} AND available_after <= now()
+              AND expires_at <= now()
+            ORDER BY available_after
+            LIMIT :batch_size
+            FOR UPDATE SKIP LOCKED
+        ) AS m
+        LIMIT greatest(:batch_size - (SELECT count(*) FROM idle), 0)
     ), deleted AS (
-        DELETE FROM queue_message AS m USING doomed
+        DELETE FROM queue_message AS m
+        USING (SELECT id FROM idle UNION ALL SELECT id FROM leased) AS doomed
         WHERE m.id = doomed.id
-        RETURNING m.queue_id, m.delivery_attempts > 0 AS previously_delivered
-    )
+        RETURNING m.queue_id, m.id, m.priority, m.state,
+                  m.delivery_attempts > 0 AS previously_delivered
+    ), {uncount_messages("deleted", expired=True)}
     SELECT q.name, deleted.previously_delivered, count(*) AS removed
     FROM deleted JOIN queue AS q ON q.id = deleted.queue_id
     GROUP BY q.name, deleted.previously_delivered
@@ -67,7 +78,7 @@ _DELETE_EXPIRED = sa.text(
 
 # Strictly older than the retention: a record exactly ``retention_seconds`` old stays.
 _DELETE_OLD_DEAD_LETTERS = sa.text(
-    """
+    f"""
     WITH doomed AS (
         SELECT id FROM queue_dead_letter_message
         WHERE dead_lettered_at < now() - make_interval(secs => :retention_seconds)
@@ -77,8 +88,8 @@ _DELETE_OLD_DEAD_LETTERS = sa.text(
     ), deleted AS (
         DELETE FROM queue_dead_letter_message AS d USING doomed
         WHERE d.id = doomed.id
-        RETURNING d.queue_id
-    )
+        RETURNING d.queue_id, d.id, d.priority
+    ), {uncount_dead_letters("deleted")}
     SELECT q.name, count(*) AS removed
     FROM deleted JOIN queue AS q ON q.id = deleted.queue_id
     GROUP BY q.name

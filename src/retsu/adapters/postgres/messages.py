@@ -29,8 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from retsu.adapters.postgres.database import Database, HotStatement
 from retsu.adapters.postgres.errors import FOREIGN_KEY_VIOLATION, sqlstate
-from retsu.adapters.postgres.tables import MessageState, queue
-from retsu.domain.errors import IdempotencyKeyConflict, QueueNotFound
+from retsu.adapters.postgres.tables import queue
+from retsu.domain.errors import IdempotencyKeyConflict, InvalidInput, QueueNotFound
 from retsu.domain.idempotency import IDEMPOTENCY_KEY_RETENTION_SECONDS, IdempotentEnqueued
 from retsu.domain.message import (
     REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
@@ -42,223 +42,50 @@ from retsu.domain.message import (
 )
 from retsu.domain.receipt import parse_receipt_handle
 
-READY = int(MessageState.READY)
-IN_FLIGHT = int(MessageState.IN_FLIGHT)
-
-# Claims, acknowledgements and visibility changes commit without waiting for their WAL
-# flush (synchronous_commit = off for that one statement's own transaction; the
-# setting is read at commit, before a local setting ends). A PostgreSQL crash can
-# lose the last few hundred milliseconds of them, and then the message is simply
-# delivered again: exactly what at-least-once delivery already promises a consumer
-# (a lost acknowledgement means a redelivery, a lost claim a fresh delivery; nothing
-# is lost and no message is stored twice). Enqueues, idempotency keys, redrives and
-# every operator action stay fully durable. Measured: ~+10-30 % dequeue+ack
-# throughput on these machines, whose commits wait on a slow fsync (docs/performance.md).
-_RELAXED_COMMIT = "set_config('synchronous_commit', 'off', true) AS relaxed_commit"
-
+# The four hot statements are calls of the server-side functions of migration 0005 (their
+# plans are cached by the server session, which transaction pooling cannot take away; they
+# count what they change in the state rollup; claims, acknowledgements and visibility
+# changes commit with synchronous_commit off, a lost one being a redelivery, which
+# at-least-once delivery already allows — see the migration).
 _ENQUEUE = sa.text(
-    f"""
-    INSERT INTO queue_message
-        (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
-         delivery_attempts)
-    SELECT m.id, :queue_id, m.payload, m.priority, {READY}, now(),
-           now() + make_interval(secs => m.ttl), now() + make_interval(secs => m.delay), 0
-    FROM unnest(CAST(:ids AS uuid[]), CAST(:payloads AS text[]), CAST(:priorities AS smallint[]),
-                CAST(:ttls AS integer[]), CAST(:delays AS integer[]))
-         WITH ORDINALITY AS m(id, payload, priority, ttl, delay, ordinality)
-    ORDER BY m.ordinality
-    """
+    "SELECT queue_found, invalid_delay_at "
+    "FROM retsu_enqueue(:queue_id, :ids, :payloads, :priorities, :ttls, :delays)"
 )
-
-# One statement, so one round trip and one transaction:
-#  * exhausted: a bounded batch of elapsed leases with no attempts left (of unexpired
-#    messages: expired ones belong to the expired-message cleaner) moves to
-#    dead-letter storage (dead, buried) before anything is claimed;
-#  * retryable: a bounded batch of elapsed leases with attempts left, scanned
-#    separately so exhausted leases never crowd them out: an exhausted message never
-#    hides a deliverable one;
-#  * these compete with the head of the ready part of the order index (ready) in
-#    priority/FIFO order (chosen); winners get a fresh lease and receipt handle
-#    (claimed); retryable losers become physically READY again (requeued), so the
-#    next dequeue finds them in their FIFO place in the order index.
-# Every scan takes row locks with SKIP LOCKED: concurrent dequeues never get the
-# same delivery and never wait for each other.
 _DEQUEUE = sa.text(
-    f"""
-    WITH exhausted AS (
-        SELECT id, priority
-        FROM queue_message
-        WHERE queue_id = :queue_id AND state = {IN_FLIGHT}
-          AND available_after <= now() AND expires_at > now()
-          AND delivery_attempts >= :max_attempts
-        ORDER BY available_after, enqueue_order
-        LIMIT :elapsed_batch
-        FOR UPDATE SKIP LOCKED
-    ), retryable AS (
-        SELECT id, priority, enqueue_order
-        FROM queue_message
-        WHERE queue_id = :queue_id AND state = {IN_FLIGHT}
-          AND available_after <= now() AND expires_at > now()
-          AND delivery_attempts < :max_attempts
-        ORDER BY available_after, enqueue_order
-        LIMIT :elapsed_batch
-        FOR UPDATE SKIP LOCKED
-    ), ready AS (
-        SELECT id, priority, enqueue_order
-        FROM queue_message
-        WHERE queue_id = :queue_id AND state = {READY}
-          AND available_after <= now() AND expires_at > now()
-        ORDER BY priority DESC, enqueue_order
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    ), counters AS (
-        -- Every rollup counter row this statement's triggers will write, locked now in
-        -- key order: the claim, requeue, removal and dead-letter triggers then find
-        -- them already held, so this statement takes its counter locks in one ordered
-        -- pass, like every other writer, and cannot deadlock with them.
-        SELECT 1
-        FROM queue_state_rollup AS r
-        WHERE r.queue_id = :queue_id
-          AND (r.priority, r.shard) IN (
-              SELECT touched.priority, (get_byte(uuid_send(touched.id), 15) & 31)::smallint
-              FROM (
-                  SELECT id, priority FROM exhausted
-                  UNION ALL SELECT id, priority FROM retryable
-                  UNION ALL SELECT id, priority FROM ready
-              ) AS touched
-          )
-        ORDER BY r.priority, r.shard
-        FOR UPDATE
-    ), chosen AS (
-        SELECT id FROM (
-            SELECT id, priority, enqueue_order FROM ready
-            UNION ALL
-            SELECT id, priority, enqueue_order FROM retryable
-        ) AS candidate
-        ORDER BY priority DESC, enqueue_order
-        LIMIT :limit
-    ), claimed AS (
-        UPDATE queue_message AS m
-        SET state = {IN_FLIGHT},
-            delivery_attempts = m.delivery_attempts + 1,
-            receipt_handle = gen_random_uuid(),
-            available_after = now() + make_interval(secs => :visibility_timeout),
-            last_delivered_at = now()
-        FROM chosen
-        WHERE m.id = chosen.id
-        RETURNING m.id, m.payload, m.priority, m.receipt_handle, m.delivery_attempts,
-                  m.enqueued_at, m.enqueue_order
-    ), requeued AS (
-        UPDATE queue_message AS m
-        SET state = {READY}
-        FROM retryable
-        WHERE m.id = retryable.id AND m.id NOT IN (SELECT id FROM chosen)
-        RETURNING m.id
-    ), dead AS (
-        DELETE FROM queue_message AS m
-        USING exhausted
-        WHERE m.id = exhausted.id
-        RETURNING m.id, m.queue_id, m.enqueue_order, m.payload, m.priority,
-                  m.delivery_attempts, m.enqueued_at, m.last_delivered_at
-    ), buried AS (
-        INSERT INTO queue_dead_letter_message
-            (id, queue_id, enqueue_order, payload, priority, delivery_attempts, enqueued_at,
-             last_delivered_at, dead_lettered_at, reason)
-        SELECT id, queue_id, enqueue_order, payload, priority, delivery_attempts, enqueued_at,
-               last_delivered_at, now(), :reason
-        FROM dead
-        RETURNING 1
-    )
-    SELECT claimed.*, counts.dead_lettered,
-           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
-           (SELECT count(*) FROM counters) AS counters_locked,
-           {_RELAXED_COMMIT},
-           -- Only when nothing was claimed (the subquery is an InitPlan, evaluated on
-           -- first use, so a successful claim never runs it): seconds until the next
-           -- delay or lease of the queue ends, two index probes. A long poll sleeps
-           -- until then instead of polling (docs/long-polling.md).
-           CASE WHEN claimed.id IS NULL THEN CAST(EXTRACT(epoch FROM (
-               SELECT min(upcoming.at) FROM (
-                   (SELECT available_after AS at FROM queue_message
-                    WHERE queue_id = :queue_id AND state = {READY} AND delivery_attempts = 0
-                      AND available_after > enqueued_at AND available_after > now()
-                    ORDER BY available_after LIMIT 1)
-                   UNION ALL
-                   (SELECT available_after FROM queue_message
-                    WHERE queue_id = :queue_id AND state = {IN_FLIGHT} AND available_after > now()
-                    ORDER BY available_after LIMIT 1)
-               ) AS upcoming
-           ) - now()) AS double precision) END AS next_available_in
-    FROM (SELECT count(*) AS dead_lettered FROM buried) AS counts
-    LEFT JOIN claimed ON true
-    """
+    "SELECT * FROM retsu_dequeue(:queue_id, :limit, :visibility_timeout, :elapsed_batch, :reason)"
 )
-
-# The existence check rides along: another process's name cache may still know a
-# queue that is gone, and then the answer must be queue_not_found, not 204.
 _ACKNOWLEDGE = sa.text(
-    f"""
-    WITH removed AS (
-        DELETE FROM queue_message AS m
-        USING unnest(CAST(:ids AS uuid[]), CAST(:handles AS uuid[])) AS r(id, handle)
-        WHERE m.id = r.id AND m.queue_id = :queue_id AND m.state = {IN_FLIGHT}
-          AND m.receipt_handle = r.handle AND m.available_after > now()
-        RETURNING 1
-    )
-    SELECT (SELECT count(*) FROM removed) AS removed,
-           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
-           {_RELAXED_COMMIT}
-    """
+    "SELECT queue_found, removed FROM retsu_acknowledge(:queue_id, :ids, :handles)"
+)
+_CHANGE_VISIBILITY = sa.text(
+    "SELECT queue_found, changed FROM retsu_change_visibility(:queue_id, :id, :handle, :timeout)"
 )
 
-
-# Idempotent enqueue, the first statement: claim the key (a new row, or one older than
-# the retention the cleaner has not removed yet) and, only if claimed, insert the
-# message — one statement, in the caller's transaction. A concurrent claimer of the
-# same key waits here for the other transaction (ON CONFLICT), then finds it taken.
-_ENQUEUE_IDEMPOTENT = sa.text(
-    f"""
-    WITH claimed AS (
-        INSERT INTO idempotency_key AS k (queue_id, key, message_id, fingerprint, created_at)
-        VALUES (:queue_id, :key, :id, :fingerprint, now())
-        ON CONFLICT (queue_id, key) DO UPDATE
-        SET message_id = excluded.message_id, fingerprint = excluded.fingerprint,
-            created_at = excluded.created_at
-        WHERE k.created_at <= now() - make_interval(secs => CAST(:retention AS integer))
-        RETURNING k.message_id
-    ), stored AS (
-        INSERT INTO queue_message
-            (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
-             delivery_attempts)
-        SELECT claimed.message_id, CAST(:queue_id AS uuid), CAST(:payload AS text),
-               CAST(:priority AS smallint), {READY}, now(),
-               now() + make_interval(secs => CAST(:ttl AS integer)),
-               now() + make_interval(secs => CAST(:delay AS integer)), 0
-        FROM claimed
-        RETURNING id
-    )
-    SELECT count(*) AS stored FROM stored
+# Idempotent enqueue, in one transaction: claim the key (a new row, or one older than the
+# retention the cleaner has not removed yet), then, only if claimed, store the message.
+# A concurrent claimer of the same key waits on the key's row (ON CONFLICT), then finds it
+# taken.
+_CLAIM_IDEMPOTENCY_KEY = sa.text(
     """
+    INSERT INTO idempotency_key AS k (queue_id, key, message_id, fingerprint, created_at)
+    VALUES (:queue_id, :key, :id, :fingerprint, now())
+    ON CONFLICT (queue_id, key) DO UPDATE
+    SET message_id = excluded.message_id, fingerprint = excluded.fingerprint,
+        created_at = excluded.created_at
+    WHERE k.created_at <= now() - make_interval(secs => CAST(:retention AS integer))
+    RETURNING k.message_id
+    """
+)
+_ENQUEUE_ONE = sa.text(
+    "SELECT queue_found, invalid_delay_at FROM retsu_enqueue(CAST(:queue_id AS uuid), "
+    "ARRAY[CAST(:id AS uuid)], ARRAY[CAST(:payload AS text)], "
+    "ARRAY[CAST(:priority AS smallint)], ARRAY[CAST(:ttl AS integer)], "
+    "ARRAY[CAST(:delay AS integer)])"
 )
 # ... and when the key was taken: the winner's row, read with a fresh snapshot (a new
 # statement), so a winner that committed while we waited is seen.
 _IDEMPOTENCY_KEY = sa.text(
     "SELECT message_id, fingerprint FROM idempotency_key WHERE queue_id = :queue_id AND key = :key"
-)
-
-_CHANGE_VISIBILITY = sa.text(
-    f"""
-    WITH changed AS (
-        UPDATE queue_message
-        SET available_after = now() + make_interval(secs => :timeout)
-        WHERE id = :id AND queue_id = :queue_id AND state = {IN_FLIGHT}
-          AND receipt_handle = :handle AND available_after > now()
-        RETURNING 1
-    )
-    SELECT (SELECT count(*) FROM changed) AS changed,
-           EXISTS (SELECT 1 FROM queue WHERE id = :queue_id) AS queue_exists,
-           {_RELAXED_COMMIT}
-    """
 )
 
 _HOT_ENQUEUE = HotStatement(_ENQUEUE)
@@ -285,38 +112,32 @@ class PostgresMessages:
             "ttls": [m.ttl_seconds for m in messages],
             "delays": [m.delay_seconds for m in messages],
         }
-
         try:
-            await self._database.hot(_HOT_ENQUEUE, parameters, repeatable=False)
-        except asyncpg.ForeignKeyViolationError:
+            (row,) = await self._database.hot(_HOT_ENQUEUE, parameters, repeatable=False)
+        except asyncpg.ForeignKeyViolationError:  # the queue was deleted under the enqueue
             raise QueueNotFound(queue_id) from None
+        _check_enqueued(queue_id, row["queue_found"], row["invalid_delay_at"])
 
     async def dequeue(
         self,
         queue_id: UUID,
         *,
         limit: int,
-        visibility_timeout_seconds: int,
-        max_delivery_attempts: int,
+        visibility_timeout_seconds: int | None,
         dead_letter_batch_size: int,
     ) -> DequeueResult:
         parameters = {
             "queue_id": queue_id,
             "limit": limit,
-            "visibility_timeout": float(visibility_timeout_seconds),
-            "max_attempts": max_delivery_attempts,
+            "visibility_timeout": visibility_timeout_seconds,
             "elapsed_batch": dead_letter_batch_size,
             "reason": REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
         }
-
         rows = await self._database.hot(_HOT_DEQUEUE, parameters, repeatable=True)
-        first = rows[0]
-        if not first["queue_exists"]:
+        last = rows[-1]  # the totals
+        if not last["queue_found"]:
             raise QueueNotFound(queue_id)
-        claimed = sorted(
-            (row for row in rows if row["id"] is not None),
-            key=lambda row: (-row["priority"], row["enqueue_order"]),
-        )
+        claimed = sorted(rows[:-1], key=lambda row: (-row["priority"], row["enqueue_order"]))
         return DequeueResult(
             messages=[
                 DeliveredMessage(
@@ -329,19 +150,24 @@ class PostgresMessages:
                 )
                 for row in claimed
             ],
-            dead_lettered=int(first["dead_lettered"]),
-            next_available_in_seconds=None if claimed else first["next_available_in"],
+            dead_lettered=int(last["dead_lettered"]),
+            next_available_in_seconds=last["next_available_in"],
+            paused=bool(last["paused"]),
         )
 
     async def enqueue_idempotent(
         self, queue_id: UUID, message: MessageToStore, key: str, fingerprint: bytes
     ) -> IdempotentEnqueued:
-        parameters = {
+        claim_key = {
             "queue_id": queue_id,
             "key": key,
             "id": message.id,
             "fingerprint": fingerprint,
             "retention": IDEMPOTENCY_KEY_RETENTION_SECONDS,
+        }
+        store = {
+            "queue_id": queue_id,
+            "id": message.id,
             "payload": message.payload,
             "priority": int(message.priority),
             "ttl": message.ttl_seconds,
@@ -350,8 +176,9 @@ class PostgresMessages:
 
         async def claim(connection: AsyncConnection) -> tuple[bool, Any]:
             """(stored, the key's row when another message holds it)."""
-            stored = (await connection.execute(_ENQUEUE_IDEMPOTENT, parameters)).scalar()
-            if stored:
+            if (await connection.execute(_CLAIM_IDEMPOTENCY_KEY, claim_key)).one_or_none():
+                row = (await connection.execute(_ENQUEUE_ONE, store)).one()
+                _check_enqueued(queue_id, row.queue_found, row.invalid_delay_at)
                 return True, None
             known = await connection.execute(_IDEMPOTENCY_KEY, {"queue_id": queue_id, "key": key})
             return False, known.one_or_none()
@@ -393,11 +220,10 @@ class PostgresMessages:
             "queue_id": queue_id,
             "id": receipt.message_id,
             "handle": handle,
-            "timeout": float(visibility_timeout_seconds),
+            "timeout": visibility_timeout_seconds,
         }
-
         (row,) = await self._database.hot(_HOT_CHANGE_VISIBILITY, parameters, repeatable=True)
-        if not row["queue_exists"]:
+        if not row["queue_found"]:
             raise QueueNotFound(queue_id)
         return int(row["changed"]) == 1
 
@@ -410,8 +236,20 @@ class PostgresMessages:
                 ids.append(receipt.message_id)
                 handles.append(handle)
         parameters = {"queue_id": queue_id, "ids": ids, "handles": handles}
-
         (row,) = await self._database.hot(_HOT_ACKNOWLEDGE, parameters, repeatable=True)
-        if not row["queue_exists"]:
+        if not row["queue_found"]:
             raise QueueNotFound(queue_id)
         return int(row["removed"])
+
+
+def _check_enqueued(queue_id: UUID, queue_found: bool, invalid_delay_at: int | None) -> None:
+    if not queue_found:
+        raise QueueNotFound(queue_id)
+    if invalid_delay_at is not None:
+        # The use case resolves every lifetime before storing, so only a queue whose default
+        # lifetime was shortened in between gets here.
+        raise InvalidInput(
+            f"messages[{invalid_delay_at - 1}]: delay_seconds must be shorter than the message "
+            "lifetime.",
+            code="invalid_delay",
+        )

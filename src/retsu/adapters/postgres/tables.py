@@ -19,6 +19,7 @@ class MessageState(enum.IntEnum):
 
     READY = 1
     IN_FLIGHT = 2
+    DELAYED = 3  # never delivered, inside its delay (migration 0005)
 
 
 queue = sa.Table(
@@ -49,6 +50,7 @@ queue_message = sa.Table(
     sa.Column("delivery_attempts", sa.Integer, nullable=False),
     sa.Column("receipt_handle", pg.UUID(as_uuid=True)),
     sa.Column("last_delivered_at", sa.DateTime(timezone=True)),
+    sa.Column("redriven_from", pg.UUID(as_uuid=True)),
 )
 
 queue_dead_letter_message = sa.Table(
