@@ -71,6 +71,9 @@ SPEC_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue_id}/dead-letters/{message_id}/redrive"): ADMIN,
     ("POST", "/v1/queues/{queue_id}/dead-letters/redrive"): ADMIN,
     ("GET", "/v1/audit-log"): ADMIN,
+    ("GET", "/v1/queues/{queue_id}/messages"): MESSAGES,
+    ("GET", "/v1/queues/{queue_id}/messages/{message_id}"): MESSAGES,
+    ("DELETE", "/v1/queues/{queue_id}/messages/{message_id}"): MESSAGES,
 }
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
@@ -366,7 +369,7 @@ async def test_unknown_routes_still_answer_404_and_405_when_authenticated(
         assert_problem(await client.get(path, headers=headers), 404, "not_found")
     assert_problem(await client.put("/v1/queues", headers=headers), 405, "method_not_allowed")
     assert_problem(
-        await client.get(f"/v1/queues/{MISSING_ID}/messages", headers=headers),
+        await client.put(f"/v1/queues/{MISSING_ID}/messages", headers=headers),
         405,
         "method_not_allowed",
     )

@@ -184,6 +184,7 @@ def test_list_routes_take_limit_and_cursor(document: dict[str, Any]) -> None:
     expected = {
         ("GET", "/v1/queues"): {"limit", "cursor", "name"},
         ("GET", "/v1/queues/{queue_id}/dead-letters"): {"limit", "cursor"},
+        ("GET", "/v1/queues/{queue_id}/messages"): {"state", "priority", "limit", "cursor"},
         ("GET", "/v1/audit-log"): {"limit", "cursor", "queue_id", "action"},
     }
     for (method, path), names in expected.items():
@@ -499,6 +500,18 @@ async def test_real_responses_match_the_document(
             dl + "/redrive",
             await client.post(f"{q}/{queue}/dead-letters/redrive", json={"limit": 0}),
         )
+    browse = qid + "/messages"
+    if ("GET", browse) in ops:
+        items = c("GET", browse, await client.get(f"{q}/{queue}/messages")).json()["items"]
+        assert items, "no live message to browse"
+        c("GET", browse, await client.get(f"{q}/{queue}/messages", params={"state": "nope"}))
+        c("GET", browse, await client.get(f"{q}/{queue}/messages", params={"priority": "x"}))
+        c("GET", browse, await client.get(f"{q}/{MISSING_ID}/messages"))
+        one = browse + "/{message_id}"
+        c("GET", one, await client.get(f"{q}/{queue}/messages/{items[0]['id']}"))
+        c("GET", one, await client.get(f"{q}/{queue}/messages/{MISSING_ID}"))
+        c("DELETE", one, await client.delete(f"{q}/{queue}/messages/{items[0]['id']}"))
+        c("DELETE", one, await client.delete(f"{q}/{queue}/messages/{MISSING_ID}"))
     if ("POST", qid + "/pause") in ops:
         c("POST", qid + "/pause", await client.post(f"{q}/{queue}/pause"))
         c("POST", qid + "/resume", await client.post(f"{q}/{queue}/resume"))
