@@ -19,7 +19,7 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
 from retsu.adapters.http import dto
-from retsu.adapters.http.auth import ADMIN, ApiToken, AuthConfig, required_scope
+from retsu.adapters.http.auth import ADMIN, SCOPES, ApiToken, AuthConfig, accepted_scopes
 from retsu.adapters.http.openapi import DOCS_PATH, OPENAPI_PATH
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.memory.clock import FakeClock
@@ -135,7 +135,7 @@ async def test_nothing_else_is_served_under_the_document(client: Client) -> None
 
 def test_open_routes_need_no_security(document: dict[str, Any]) -> None:
     for method, path, op in _operations(document):
-        expected = [] if required_scope(method, path) is None else [{"bearer": []}]
+        expected = [] if accepted_scopes(method, path) is None else [{"bearer": []}]
         assert op["security"] == expected, (method, path)
 
 
@@ -267,13 +267,13 @@ def test_errors_are_problem_json_with_their_codes(document: dict[str, Any]) -> N
             for code in listed:
                 assert f"`{code}`" in response["description"], (method, path, code)
                 assert f"`{code}`" in op["description"], (method, path, code)
-        scope = required_scope(method, path)
-        if scope is None:
+        scopes = accepted_scopes(method, path)
+        if scopes is None:
             assert op["security"] == [] and "401" not in codes, (method, path)
         else:
             assert op["security"] == [{"bearer": []}], (method, path)
             assert codes["401"] == ["unauthorized"]
-            assert ("403" in codes) == (scope == ADMIN), (method, path)
+            assert ("403" in codes) == (scopes != SCOPES), (method, path)
             assert "bearer" in document["components"]["securitySchemes"]
         if path.startswith("/v1/queues/{queue_id}"):
             assert "queue_not_found" in codes["404"], (method, path)
