@@ -49,6 +49,7 @@ from retsu.domain.message import (
 )
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 from retsu.domain.state import PriorityState
+from tests.contract.observed_contract import ObservedContract
 
 # Slack for adapters whose clock keeps running while a test runs (PostgreSQL's now()).
 CLOCK_SLACK = timedelta(seconds=5)
@@ -197,8 +198,9 @@ class Scenario:
         return await self.harness.stored(self.queue.id)
 
 
-class RepositoryContract:
-    """The behaviour every repository adapter must share."""
+class RepositoryContract(ObservedContract):
+    """The behaviour every repository adapter must share (consumers and history:
+    ``observed_contract.py``)."""
 
     KNOWN_GAPS: ClassVar[dict[str, str]] = {}
 

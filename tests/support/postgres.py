@@ -13,8 +13,10 @@ from types import ModuleType
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
+from retsu.adapters.postgres.consumers import PostgresConsumers
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
+from retsu.adapters.postgres.history import PostgresHistory
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.messages import PostgresMessages
@@ -35,6 +37,8 @@ class PostgresStorage:
         self.maintenance = PostgresMaintenance(self.database)
         self.leadership = AdvisoryLockLeadership(self.database)
         self.secrets = PostgresServerSecrets(self.database)
+        self.consumers = PostgresConsumers(self.database)
+        self.history = PostgresHistory(self.database)
 
 
 def _migration(revision: str) -> ModuleType:

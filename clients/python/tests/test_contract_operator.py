@@ -1,6 +1,7 @@
-"""Operator routes still being built on the server (SPEC §3.6 browsing, §3.7 consumers,
-§3.8 history, the `read` scope): written from the spec, run against the fake, and against
-the real server as strict xfail until issue 11 lands (`operator_target`)."""
+"""Operator routes of issue 11 (SPEC §3.6 browsing, §3.7 consumers, §3.8 history, the
+`read` scope): written from the spec, run against the fake and the real server. Consumers
+and history run on `target`; the rest on `operator_target` (real server: strict xfail
+until those routes land)."""
 
 from __future__ import annotations
 
@@ -113,8 +114,8 @@ def test_browse_filters_are_validated(operator_target: Target) -> None:
         retsu.list_messages(name, state="sleeping")
 
 
-def test_consumers_are_seen_on_every_dequeue(operator_target: Target) -> None:
-    retsu = operator_target.client()
+def test_consumers_are_seen_on_every_dequeue(target: Target) -> None:
+    retsu = target.client()
     queue = retsu.create_queue(unique("consumed"))
     retsu.enqueue_batch(queue.name, ["a", "b"])
     consumer = f"billing-{unique()}"
@@ -125,7 +126,7 @@ def test_consumers_are_seen_on_every_dequeue(operator_target: Target) -> None:
     def seen() -> list[Consumer]:
         return [c for c in retsu.iter_consumers(queue=queue.name) if c.name == consumer]
 
-    (found,) = operator_target.eventually(seen, timeout=8)
+    (found,) = target.eventually(seen, timeout=8)
     assert (found.queue_id, found.queue_name, found.deliveries) == (queue.id, queue.name, 2)
     assert found.health is ConsumerHealth.HEALTHY
     assert found.first_seen_at <= found.last_seen_at
@@ -133,8 +134,8 @@ def test_consumers_are_seen_on_every_dequeue(operator_target: Target) -> None:
     assert consumer in [c.name for c in healthy]
 
 
-def test_consumer_names_and_health_filters_are_validated(operator_target: Target) -> None:
-    retsu = operator_target.client()
+def test_consumer_names_and_health_filters_are_validated(target: Target) -> None:
+    retsu = target.client()
     name = retsu.create_queue(unique()).name
 
     with pytest.raises(InvalidConsumer):
@@ -143,12 +144,10 @@ def test_consumer_names_and_health_filters_are_validated(operator_target: Target
         retsu.list_consumers(health="sleepy")
 
 
-def test_history_counts_what_happened(
-    operator_target: Target, request: pytest.FixtureRequest
-) -> None:
-    if operator_target.server is not None:
+def test_history_counts_what_happened(target: Target, request: pytest.FixtureRequest) -> None:
+    if target.server is not None:
         request.getfixturevalue("real_collector")  # snapshots come from the collector
-    retsu = operator_target.client()
+    retsu = target.client()
     name = retsu.create_queue(unique("history")).name
     retsu.enqueue_batch(name, ["a", "b", "c"])
     message = retsu.dequeue(name)
@@ -163,7 +162,7 @@ def test_history_counts_what_happened(
             and sum(p.acknowledged for p in points) == 1
         )
 
-    operator_target.eventually(counted, timeout=20, step=1)
+    target.eventually(counted, timeout=20, step=1)
     history = retsu.queue_history(name)
     assert history.interval_seconds > 0
     assert history.points[-1].ready == 2

@@ -134,6 +134,8 @@ class StateMetricsCollector:
         try:
             async with asyncio.timeout(self._schedule.refresh_timeout):
                 state = await session.read_state()
+                # SPEC §3.8: the leader also stores one history snapshot per queue.
+                await session.record_history(state)
         except LeadershipLost:
             self._snapshots.collection_finished(FAILURE, time.perf_counter() - started)
             raise

@@ -32,7 +32,15 @@ NO_CACHES = {"cache": {"distributed": {"enabled": False}, "in_memory": {"enabled
 LocalSignals = LocalMessageSignals
 
 
-STORAGE_PORTS = ("queues", "queue_state", "messages", "dead_letters", "audit_log")
+STORAGE_PORTS = (
+    "queues",
+    "queue_state",
+    "messages",
+    "dead_letters",
+    "audit_log",
+    "consumers",
+    "history",
+)
 
 
 async def _ready() -> None:

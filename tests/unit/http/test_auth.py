@@ -71,6 +71,9 @@ SPEC_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue_id}/dead-letters/{message_id}/redrive"): ADMIN,
     ("POST", "/v1/queues/{queue_id}/dead-letters/redrive"): ADMIN,
     ("GET", "/v1/audit-log"): ADMIN,
+    # SPEC §3.7/§3.8 (read or admin once the `read` scope exists; admin until then).
+    ("GET", "/v1/consumers"): ADMIN,
+    ("GET", "/v1/queues/{queue_id}/history"): ADMIN,
 }
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")

@@ -30,7 +30,7 @@ from retsu.adapters.http.openapi import (
 from retsu.adapters.http.params import TYPE_DECODERS
 from retsu.adapters.http.problems import EXCEPTION_HANDLERS, MAX_BODY_BYTES
 from retsu.adapters.http.request_rules import JsonRequest, check_request_rules
-from retsu.adapters.http.routes import audit, dead_letters, messages, queues
+from retsu.adapters.http.routes import audit, consumers, dead_letters, history, messages, queues
 from retsu.adapters.http.routes.health import DEFAULT_READINESS_TIMEOUT_SECONDS, health_routes
 from retsu.adapters.telemetry.metrics import Metrics
 
@@ -43,6 +43,8 @@ API_ROUTES: Sequence[HTTPRouteHandler] = (
     *messages.ROUTES,
     *dead_letters.ROUTES,
     *audit.ROUTES,
+    *consumers.ROUTES,
+    *history.ROUTES,
 )
 
 
