@@ -443,7 +443,7 @@ async def test_every_refresh_stores_a_history_snapshot_per_queue(world: World) -
 
 async def test_a_failed_history_write_is_a_failed_refresh(world: World) -> None:
     await world.queue("orders")
-    collector, leadership, snapshots, sleeper = world.collector(stop_after=3, clock=world.clock)
+    collector, _, snapshots, _sleeper = world.collector(stop_after=3, clock=world.clock)
 
     async def failing(state: object) -> None:
         raise RuntimeError("the history insert failed")
