@@ -70,6 +70,7 @@ class PgBouncer:
             "pool_mode = transaction\n"
             "max_client_conn = 500\n"
             f"default_pool_size = {pool_size}\n"
+            "server_login_retry = 1\n"
             f"admin_users = {self.user}\n"
         )
         argv = [executable, str(self.dir / "pgbouncer.ini")]
