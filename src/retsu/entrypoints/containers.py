@@ -114,6 +114,14 @@ def _listen_application_name(application_name: str) -> str:
     return f"{application_name}-listen"
 
 
+def _session_source(settings: Settings) -> str:
+    """The Selector key of what runs the sessions (advisory lock): the pooled database
+    itself, or one of their own on ``database.session_url``."""
+    database = settings.database
+    own = database.session_url is not None and database.session_url != database.url
+    return "own" if own else "pooled"
+
+
 class CoreContainer(containers.DeclarativeContainer):
     """What every role has: settings, clock, ids, metrics, tracing."""
 
@@ -156,6 +164,10 @@ class StorageContainer(containers.DeclarativeContainer):
         instance_of=Instrumentation
     )
     application_name = providers.Object("retsu")
+    # database.url: every plain transaction. Behind a transaction-mode pooler
+    # (database.pooler) the engine keeps nothing beyond a transaction: no startup
+    # settings, no named prepared statements (adapters/postgres/engine.py).
+    transaction_pooler = settings.provided.database.transaction_pooler
     engine = providers.Singleton(
         create_engine,
         url=settings.provided.database.url,
@@ -163,15 +175,33 @@ class StorageContainer(containers.DeclarativeContainer):
         acquire_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
         application_name=application_name,
         on_pool_acquire=instrumentation.provided.pool_acquired,
+        transaction_pooler=transaction_pooler,
     )
     # Every statement's connection handling: broken connections discarded, a statement
     # retried once when safe, DatabaseUnavailable when PostgreSQL cannot be reached.
-    database = providers.Singleton(Database, engine)
+    database = providers.Singleton(Database, engine, pin_transactions=transaction_pooler)
+    # database.session_url: what needs a session of its own (SPEC §10). The collector's
+    # advisory lock gets a small pool there (its leader keeps one connection, a standby
+    # borrows one to try); without a session_url it shares the pooled database.
+    session_engine = providers.Singleton(
+        create_engine,
+        url=settings.provided.database.session,
+        max_connections=2,
+        acquire_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
+        application_name=application_name,
+        on_pool_acquire=instrumentation.provided.pool_acquired,
+    )
+    session_database = providers.Selector(
+        providers.Callable(_session_source, settings),
+        own=providers.Singleton(Database, session_engine),
+        pooled=database,
+    )
     # Long polling: one dedicated LISTEN/NOTIFY connection per process, fanned out to
     # the waiting polls (started and stopped with the API app; docs/long-polling.md).
+    # LISTEN needs a session: database.session_url when set.
     message_signals = providers.Singleton(
         PostgresMessageSignals,
-        url=settings.provided.database.url,
+        url=settings.provided.database.session,
         application_name=providers.Callable(_listen_application_name, application_name),
         connect_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
     )
@@ -213,7 +243,7 @@ class StorageContainer(containers.DeclarativeContainer):
     )
     leadership = providers.Singleton(
         InstrumentedLeadership,
-        providers.Singleton(AdvisoryLockLeadership, database),
+        providers.Singleton(AdvisoryLockLeadership, session_database),
         instrumentation,
     )
     # -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --
