@@ -25,9 +25,11 @@ from retsu.adapters.http.auth import ApiToken, AuthConfig
 from retsu.adapters.http.management import create_management_app
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
 from retsu.adapters.postgres.browsing import PostgresMessageBrowser
+from retsu.adapters.postgres.consumers import PostgresConsumers
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
 from retsu.adapters.postgres.engine import check_database, create_engine
+from retsu.adapters.postgres.history import PostgresHistory
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.messages import PostgresMessages
@@ -39,7 +41,9 @@ from retsu.adapters.system import StopAwareSleeper, SystemClock, Uuid7Generator
 from retsu.adapters.telemetry.instrumented import (
     Instrumentation,
     InstrumentedAuditLog,
+    InstrumentedConsumers,
     InstrumentedDeadLetters,
+    InstrumentedHistory,
     InstrumentedLeadership,
     InstrumentedMaintenance,
     InstrumentedMessageBrowser,
@@ -65,7 +69,9 @@ from retsu.application.enqueue_idempotent import EnqueueIdempotent
 from retsu.application.get_dead_letter import GetDeadLetter
 from retsu.application.get_message import GetMessage
 from retsu.application.get_queue import GetQueue
+from retsu.application.get_queue_history import GetQueueHistory
 from retsu.application.list_audit_log import ListAuditLog
+from retsu.application.list_consumers import ListConsumers
 from retsu.application.list_dead_letters import ListDeadLetters
 from retsu.application.list_messages import ListMessages
 from retsu.application.list_queues import ListQueues
@@ -75,6 +81,7 @@ from retsu.application.purge_queue import PurgeQueue
 from retsu.application.redrive_dead_letter import RedriveDeadLetter
 from retsu.application.redrive_dead_letters import RedriveDeadLetters
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
+from retsu.application.track_consumers import ConsumerTracker
 from retsu.application.update_queue import UpdateQueue
 from retsu.entrypoints.settings import Settings
 
@@ -239,6 +246,13 @@ class StorageContainer(containers.DeclarativeContainer):
         providers.Singleton(AdvisoryLockLeadership, session_database),
         instrumentation,
     )
+    # -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --
+    consumers = providers.Singleton(
+        InstrumentedConsumers, providers.Singleton(PostgresConsumers, database), instrumentation
+    )
+    history = providers.Singleton(
+        InstrumentedHistory, providers.Singleton(PostgresHistory, database), instrumentation
+    )
     readiness = providers.Callable(check_database, engine)
     # The cursor-signing key made by `retsu migrate`, read once, on first use.
     secrets = providers.Singleton(PostgresServerSecrets, database)
@@ -326,12 +340,18 @@ class UseCaseContainer(containers.DeclarativeContainer):
         ids=core.ids,
         events=core.metrics,
     )
+    # What this process saw of named consumers, written every 5 s (SPEC §3.7); started
+    # and stopped (with a last write) with the API app.
+    consumer_tracker = providers.Singleton(
+        ConsumerTracker, store=storage.consumers, clock=core.clock, events=core.metrics
+    )
     dequeue = providers.Singleton(
         Dequeue,
         messages=storage.messages,
         names=lookups.names,
         events=core.metrics,
         signals=storage.message_signals,
+        consumers=consumer_tracker,
     )
     acknowledge = providers.Singleton(
         Acknowledge, messages=storage.messages, names=lookups.names, events=core.metrics
@@ -394,6 +414,17 @@ class UseCaseContainer(containers.DeclarativeContainer):
     )
     get_message = providers.Singleton(GetMessage, browser=storage.message_browser)
     delete_message = providers.Singleton(DeleteMessage, browser=storage.message_browser)
+    # -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --
+    list_consumers = providers.Singleton(
+        ListConsumers, consumers=storage.consumers, secrets=storage.secrets, clock=core.clock
+    )
+    get_queue_history = providers.Singleton(
+        GetQueueHistory,
+        history=storage.history,
+        details=lookups.details,
+        clock=core.clock,
+        collection_interval_seconds=core.settings.provided.worker.queue.state_metrics_collector.collection_interval_seconds,
+    )
 
 
 class ApiContainer(containers.DeclarativeContainer):
@@ -426,8 +457,12 @@ class ApiContainer(containers.DeclarativeContainer):
         metrics=core.metrics,
         auth=auth,
         tracer=core.tracer,
-        on_startup=providers.List(storage.message_signals.provided.start),
-        on_shutdown=providers.List(storage.message_signals.provided.stop),
+        on_startup=providers.List(
+            storage.message_signals.provided.start, use_cases.consumer_tracker.provided.start
+        ),
+        on_shutdown=providers.List(
+            storage.message_signals.provided.stop, use_cases.consumer_tracker.provided.stop
+        ),
     )
 
 
@@ -453,6 +488,8 @@ class WorkerContainer(containers.DeclarativeContainer):
             maintenance=storage.maintenance,
             events=core.metrics,
             idempotency_keys=storage.maintenance,
+            consumers=storage.consumers,
+            history=storage.history,
         ),
         schedule=providers.Factory(
             BatchSchedule,
