@@ -494,3 +494,38 @@ def test_without_being_told_the_startup_settings_are_refused_with_a_hint(
     output = process.output()
     assert "unsupported startup parameter" in output and "database.pooler" in output, output
     process.stop()
+
+
+async def test_no_session_setting_leaks_onto_the_pooled_server_sessions(
+    topology: Topology, clients: tuple[httpx.AsyncClient, ...]
+) -> None:
+    """asyncpg's type introspection switches JIT off for the session and back, in
+    statements of their own; through the pooler those would land on different server
+    sessions (engine.py, ``_learn_types``). Every server session still has the server's
+    own setting."""
+    a, b = clients
+    queue_id = await new_queue(a)
+    for client in (a, b):  # every pooled connection has run the hot statements
+        await asyncio.gather(*(enqueue(client, queue_id, "x") for _ in range(10)))
+        await dequeue(client, queue_id, max_messages=100)
+    direct = await asyncpg.connect(plain_url(topology.direct_url))
+    try:
+        expected = await direct.fetchval("SELECT current_setting('jit')")
+    finally:
+        await direct.close()
+    pooled = [
+        await asyncpg.connect(plain_url(topology.pooled_url), statement_cache_size=0)
+        for _ in range(4)
+    ]
+    try:
+        # Four transactions open at once: four distinct server sessions (the pool's size).
+        transactions = [c.transaction() for c in pooled]
+        for transaction in transactions:
+            await transaction.start()
+        seen = [await c.fetchval("SELECT current_setting('jit')") for c in pooled]
+        for transaction in transactions:
+            await transaction.rollback()
+    finally:
+        for connection in pooled:
+            await connection.close()
+    assert seen == [expected] * 4, seen

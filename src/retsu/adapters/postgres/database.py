@@ -41,7 +41,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as postgresql_asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from retsu.adapters.postgres.engine import PIN_TRANSACTION
+from retsu.adapters.postgres.engine import LEARNED_AT_CONNECT, PIN_TRANSACTION
 from retsu.adapters.postgres.errors import (
     DEADLOCK_DETECTED,
     LOCK_NOT_AVAILABLE,
@@ -96,6 +96,8 @@ class HotStatement:
         compiled = statement.compile(dialect=_ASYNCPG_DIALECT)
         self.sql = compiled.string
         self._order = tuple(compiled.positiontup or ())
+        # Behind a transaction pooler each new connection learns its types once, safely.
+        LEARNED_AT_CONNECT.append(self.sql)
 
     def arguments(self, parameters: Mapping[str, Any]) -> list[Any]:
         return [parameters[name] for name in self._order]
