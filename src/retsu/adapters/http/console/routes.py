@@ -1,0 +1,494 @@
+"""The console's pages and forms (SPEC §3.9).
+
+Every handler takes its use cases from the container by name, exactly like the JSON routes
+(``adapters/http/routes``), and builds the same commands with the same ``caller``: the
+rules, the audit rows and the errors are the API's. A form answers with a ``303`` to the
+page that shows the result (post/redirect/get), with a short notice in the address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+from urllib.parse import urlencode
+from uuid import UUID
+
+from litestar import Request, Response, get, post
+from litestar.di import NamedDependency
+from litestar.params import PathParameter, QueryParameter
+from litestar.response import Template
+
+from retsu.adapters.http.console.forms import SETTING_LABELS, SETTINGS, SettingsForm
+from retsu.adapters.http.console.gate import (
+    PUBLIC,
+    ROOT,
+    ConsoleContext,
+    page,
+    refused,
+    safe_next,
+    see_other,
+)
+from retsu.adapters.http.console.session import ConsoleSessions
+from retsu.application.delete_dead_letter import DeleteDeadLetter, DeleteDeadLetterCommand
+from retsu.application.get_dead_letter import GetDeadLetter
+from retsu.application.get_queue import GetQueue, QueueWithStats
+from retsu.application.list_audit_log import ListAuditLog, ListAuditLogQuery
+from retsu.application.list_dead_letters import ListDeadLetters, ListDeadLettersQuery
+from retsu.application.list_queues import ListQueues, ListQueuesQuery
+from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
+from retsu.application.purge_queue import PurgeQueue, PurgeQueueCommand
+from retsu.application.redrive_dead_letter import RedriveDeadLetter, RedriveDeadLetterCommand
+from retsu.application.redrive_dead_letters import RedriveDeadLetters, RedriveDeadLettersCommand
+from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
+from retsu.domain.audit import AuditAction, Caller
+from retsu.domain.errors import InvalidInput, QueueNotFound
+from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT
+from retsu.domain.queue import Queue
+
+PAGE_SIZE: Final = 50
+# How many queues the audit log's queue filter offers by name.
+QUEUE_CHOICES: Final = 100
+
+Ctx = NamedDependency[ConsoleContext]
+# Parameters as the console reads them: ids in the path (canonical UUIDs, checked by the
+# API's request rules), free text in the query (each use case validates its own).
+PathId = Annotated[UUID, PathParameter()]
+Text = Annotated[str | None, QueryParameter()]
+
+NOTICES: Final = {
+    "paused": "Queue paused: consumers get nothing until it is resumed.",
+    "resumed": "Queue resumed.",
+    "purged": "Purged {n} messages.",
+    "saved": "Settings saved.",
+    "unchanged": "Nothing to save: every setting already has that value.",
+    "redriven": "Dead letter redriven: it is back on the queue as a new message.",
+    "redriven_many": "Redrove {n} dead letters, oldest first.",
+    "dead_letter_deleted": "Dead letter deleted.",
+    "message_deleted": "Message deleted.",
+    "signed_out": "Signed out.",
+}
+
+
+def notice_text(notice: str | None, n: str | None) -> str | None:
+    template = NOTICES.get(notice or "")
+    if template is None:
+        return None
+    count = int(n) if n is not None and n.isdigit() and len(n) < 10 else 0
+    return template.format(n=f"{count:,}")
+
+
+def _queue_path(queue_id: UUID, tail: str = "", **query: object) -> str:
+    path = f"{ROOT}/queues/{queue_id}{tail}"
+    params = {k: str(v) for k, v in query.items() if v is not None}
+    return path + ("?" + urlencode(params) if params else "")
+
+
+def _live_messages(found: QueueWithStats) -> int:
+    stats = found.stats
+    return stats.ready + stats.in_flight + stats.delayed
+
+
+# -- overview ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    queue: Queue
+    found: QueueWithStats
+
+
+async def _overview(
+    list_queues: ListQueues, get_queue: GetQueue, cursor: str | None
+) -> tuple[list[QueueRow], str | None]:
+    queues = await list_queues(ListQueuesQuery(limit=PAGE_SIZE, cursor=cursor))
+    rows: list[QueueRow] = []
+    for queue in queues.items:
+        try:
+            rows.append(QueueRow(queue, await get_queue(queue.id)))
+        except QueueNotFound:  # deleted meanwhile
+            continue
+    return rows, queues.next_cursor
+
+
+@get("/", name="console:overview")
+async def overview(
+    ctx: Ctx,
+    list_queues: NamedDependency[ListQueues],
+    get_queue: NamedDependency[GetQueue],
+    cursor: Text = None,
+) -> Template:
+    rows, next_cursor = await _overview(list_queues, get_queue, cursor)
+    return page(ctx, "overview.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
+
+
+@get("/fragments/overview")
+async def overview_fragment(
+    ctx: Ctx,
+    list_queues: NamedDependency[ListQueues],
+    get_queue: NamedDependency[GetQueue],
+    cursor: Text = None,
+) -> Template:
+    """The overview's table alone: what the live refresh swaps in every 5 s."""
+    rows, next_cursor = await _overview(list_queues, get_queue, cursor)
+    return page(ctx, "_overview_table.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
+
+
+# -- one queue: settings, pause / resume, purge ------------------------------------------
+
+
+def _queue_page(
+    ctx: ConsoleContext,
+    found: QueueWithStats,
+    *,
+    form: SettingsForm | None = None,
+    notice: str | None = None,
+    status: int = 200,
+) -> Template:
+    return page(
+        ctx,
+        "queue.html",
+        status=status,
+        queue=found.queue,
+        stats=found.stats,
+        form=form or SettingsForm.of(found.queue),
+        settings=SETTINGS,
+        labels=SETTING_LABELS,
+        notice=notice,
+        tab="queue",
+    )
+
+
+@get("/queues/{queue_id:str}")
+async def queue_page(
+    ctx: Ctx,
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    notice: Text = None,
+    n: Text = None,
+) -> Template:
+    found = await get_queue(queue_id)
+    return _queue_page(ctx, found, notice=notice_text(notice, n))
+
+
+@post("/queues/{queue_id:str}/settings")
+async def save_settings(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    update_queue: NamedDependency[UpdateQueue],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    found = await get_queue(queue_id)
+    form = SettingsForm.submitted(await request.form())
+    changes = form.changes(found.queue)
+    if not form.errors:
+        if not changes:
+            return see_other(ctx, _queue_path(queue_id, notice="unchanged"))
+        try:
+            await update_queue(UpdateQueueCommand(queue_id=queue_id, caller=caller, **changes))
+        except InvalidInput as error:
+            form.fail(error.code, error.detail)
+    if form.errors:
+        return _queue_page(ctx, found, form=form, status=400)
+    return see_other(ctx, _queue_path(queue_id, notice="saved"))
+
+
+@post("/queues/{queue_id:str}/pause")
+async def pause(
+    ctx: Ctx,
+    queue_id: PathId,
+    pause_queue: NamedDependency[PauseQueue],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await pause_queue(PauseQueueCommand(queue_id, caller))
+    return see_other(ctx, _queue_path(queue_id, notice="paused"))
+
+
+@post("/queues/{queue_id:str}/resume")
+async def resume(
+    ctx: Ctx,
+    queue_id: PathId,
+    resume_queue: NamedDependency[ResumeQueue],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await resume_queue(PauseQueueCommand(queue_id, caller))
+    return see_other(ctx, _queue_path(queue_id, notice="resumed"))
+
+
+@get("/queues/{queue_id:str}/purge")
+async def confirm_purge(
+    ctx: Ctx, queue_id: PathId, get_queue: NamedDependency[GetQueue]
+) -> Template:
+    found = await get_queue(queue_id)
+    return page(ctx, "purge.html", queue=found.queue, stats=found.stats, live=_live_messages(found))
+
+
+@post("/queues/{queue_id:str}/purge")
+async def purge(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    purge_queue: NamedDependency[PurgeQueue],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    found = await get_queue(queue_id)
+    typed = str((await request.form()).get("confirm_name", "")).strip()
+    if typed != found.queue.name:
+        return page(
+            ctx,
+            "purge.html",
+            status=400,
+            queue=found.queue,
+            stats=found.stats,
+            live=_live_messages(found),
+            error=f"Type the queue's name, {found.queue.name}, to confirm. Nothing was purged.",
+            typed=typed,
+        )
+    purged = await purge_queue(PurgeQueueCommand(queue_id, caller))
+    return see_other(ctx, _queue_path(queue_id, notice="purged", n=purged))
+
+
+# -- dead letters --------------------------------------------------------------------------
+
+
+async def _dead_letters_page(
+    ctx: ConsoleContext,
+    queue_id: UUID,
+    get_queue: GetQueue,
+    list_dead_letters: ListDeadLetters,
+    *,
+    cursor: str | None = None,
+    notice: str | None = None,
+    limit_text: str = str(DEFAULT_REDRIVE_LIMIT),
+    limit_error: str | None = None,
+    status: int = 200,
+) -> Template:
+    found = await get_queue(queue_id)
+    records = await list_dead_letters(
+        ListDeadLettersQuery(queue_id=queue_id, limit=PAGE_SIZE, cursor=cursor)
+    )
+    return page(
+        ctx,
+        "dead_letters.html",
+        status=status,
+        queue=found.queue,
+        stats=found.stats,
+        records=records.items,
+        next_cursor=records.next_cursor,
+        cursor=cursor,
+        notice=notice,
+        limit_text=limit_text,
+        limit_error=limit_error,
+        redrive_limit=REDRIVE_LIMIT,
+        tab="dead_letters",
+    )
+
+
+@get("/queues/{queue_id:str}/dead-letters")
+async def dead_letters(
+    ctx: Ctx,
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    list_dead_letters: NamedDependency[ListDeadLetters],
+    cursor: Text = None,
+    notice: Text = None,
+    n: Text = None,
+) -> Template:
+    return await _dead_letters_page(
+        ctx, queue_id, get_queue, list_dead_letters, cursor=cursor, notice=notice_text(notice, n)
+    )
+
+
+@get("/queues/{queue_id:str}/dead-letters/{message_id:str}")
+async def dead_letter(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    get_dead_letter: NamedDependency[GetDeadLetter],
+) -> Template:
+    found = await get_queue(queue_id)
+    record = await get_dead_letter(queue_id, message_id)
+    return page(ctx, "dead_letter.html", queue=found.queue, record=record, tab="dead_letters")
+
+
+@post("/queues/{queue_id:str}/dead-letters/redrive")
+async def redrive_many(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    list_dead_letters: NamedDependency[ListDeadLetters],
+    redrive_dead_letters: NamedDependency[RedriveDeadLetters],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    text = str((await request.form()).get("limit", "")).strip()
+    try:
+        limit = int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
+        if limit is None:
+            raise InvalidInput(
+                f"limit must be a whole number from {REDRIVE_LIMIT.low} to {REDRIVE_LIMIT.high}.",
+                code=REDRIVE_LIMIT.code,
+            )
+        redriven = await redrive_dead_letters(
+            RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller)
+        )
+    except InvalidInput as error:
+        return await _dead_letters_page(
+            ctx,
+            queue_id,
+            get_queue,
+            list_dead_letters,
+            limit_text=text,
+            limit_error=error.detail,
+            status=400,
+        )
+    return see_other(
+        ctx, _queue_path(queue_id, "/dead-letters", notice="redriven_many", n=redriven)
+    )
+
+
+@post("/queues/{queue_id:str}/dead-letters/{message_id:str}/redrive")
+async def redrive_one(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    redrive_dead_letter: NamedDependency[RedriveDeadLetter],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await redrive_dead_letter(
+        RedriveDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+    return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="redriven"))
+
+
+@post("/queues/{queue_id:str}/dead-letters/{message_id:str}/delete")
+async def delete_dead_letter(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    delete_dead_letter: NamedDependency[DeleteDeadLetter],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await delete_dead_letter(
+        DeleteDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+    return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="dead_letter_deleted"))
+
+
+# -- audit log -----------------------------------------------------------------------------
+
+
+@get("/audit")
+async def audit_log(
+    ctx: Ctx,
+    list_audit_log: NamedDependency[ListAuditLog],
+    list_queues: NamedDependency[ListQueues],
+    queue_id: Text = None,
+    action: Text = None,
+    cursor: Text = None,
+) -> Template:
+    queue_filter: UUID | None = None
+    if queue_id:
+        try:
+            queue_filter = UUID(queue_id)
+        except ValueError:
+            raise InvalidInput("queue_id must be a UUID.", code="invalid_queue_id") from None
+    records = await list_audit_log(
+        ListAuditLogQuery(
+            limit=PAGE_SIZE, cursor=cursor, queue_id=queue_filter, action=action or None
+        )
+    )
+    queues = await list_queues(ListQueuesQuery(limit=QUEUE_CHOICES))
+    return page(
+        ctx,
+        "audit.html",
+        records=records.items,
+        next_cursor=records.next_cursor,
+        cursor=cursor,
+        queues=queues.items,
+        names={str(q.id): q.name for q in queues.items},
+        actions=[a.value for a in AuditAction],
+        queue_id=str(queue_filter) if queue_filter else "",
+        action=action or "",
+    )
+
+
+# -- signing in and out --------------------------------------------------------------------
+
+
+@get("/sign-in", opt={PUBLIC: True})
+async def sign_in_page(
+    ctx: Ctx,
+    console_sessions: NamedDependency[ConsoleSessions],
+    next: Text = None,
+    notice: Text = None,
+) -> Response[Any]:
+    target = safe_next(next)
+    if not console_sessions.auth_enabled or ctx.operator is not None:
+        return see_other(ctx, target)
+    return page(ctx, "sign_in.html", next=target, notice=notice_text(notice, None))
+
+
+@post("/sign-in", opt={PUBLIC: True})
+async def sign_in(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    console_sessions: NamedDependency[ConsoleSessions],
+) -> Response[Any]:
+    form = await request.form()
+    target = safe_next(form.get("next"))
+    if not console_sessions.auth_enabled:
+        return see_other(ctx, target)
+    secret = str(form.get("token", "")).strip()
+    session = await console_sessions.sign_in(secret) if secret else None
+    operator = console_sessions.operator(session)
+    if session is None or operator is None:
+        return page(ctx, "sign_in.html", status=401, next=target, error="That token is not valid.")
+    if not console_sessions.may_view(operator):
+        return page(
+            ctx,
+            "sign_in.html",
+            status=403,
+            next=target,
+            error=f"Token “{operator.name}” has neither the admin nor the read scope "
+            "the console needs.",
+        )
+    ctx.new_cookie = await console_sessions.dump(session)
+    return see_other(ctx, target)
+
+
+@post("/sign-out", opt={PUBLIC: True})
+async def sign_out(ctx: Ctx, console_sessions: NamedDependency[ConsoleSessions]) -> Response[Any]:
+    # A new anonymous session replaces the signed-in one (its id changes too).
+    ctx.new_cookie = await console_sessions.dump(console_sessions.anonymous())
+    if not console_sessions.auth_enabled:
+        return see_other(ctx, ROOT + "/")
+    return see_other(ctx, f"{ROOT}/sign-in?notice=signed_out")
+
+
+def not_found_page(ctx: ConsoleContext) -> Template:
+    return refused(ctx, 404, "Not found", "There is no console page at this address.")
+
+
+ROUTES = [
+    overview,
+    overview_fragment,
+    queue_page,
+    save_settings,
+    pause,
+    resume,
+    confirm_purge,
+    purge,
+    dead_letters,
+    dead_letter,
+    redrive_many,
+    redrive_one,
+    delete_dead_letter,
+    audit_log,
+    sign_in_page,
+    sign_in,
+    sign_out,
+]
