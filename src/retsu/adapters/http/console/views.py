@@ -53,6 +53,11 @@ def utc(moment: datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def stamp(moment: datetime | None) -> str:
+    """``2026-11-30 15:42:14`` (UTC; the column header says so)."""
+    return utc(moment).removesuffix(" UTC")
+
+
 def iso(moment: datetime | None) -> str:
     if moment is None:
         return ""
@@ -71,6 +76,12 @@ def ago(moment: datetime | None, now: datetime | None = None) -> str:
     if -1 < delta < 1:
         return "now"
     return f"{duration(delta)} ago" if delta > 0 else f"in {duration(-delta)}"
+
+
+def short_id(value: object) -> str:
+    """The tail of an id: UUIDv7s made in the same millisecond share their head."""
+    text = str(value)
+    return "…" + text[-12:] if len(text) > 13 else text
 
 
 def preview(payload: str, limit: int = PREVIEW_CHARS) -> str:
@@ -92,7 +103,7 @@ def pretty(payload: str) -> tuple[str, bool]:
 
 def register_filters(environment: Environment) -> None:
     environment.filters.update(
-        number=number, duration=duration, utc=utc, iso=iso, ago=ago, preview=preview
+        number=number, duration=duration, utc=utc, stamp=stamp, iso=iso, ago=ago, preview=preview, short_id=short_id
     )
     environment.globals.update(pretty=pretty)
     # Templates are rendered once per request: no template reloading, clean whitespace.
