@@ -30,11 +30,13 @@ from retsu.application.ports import (
     DeadLetterRepository,
     Leadership,
     Maintenance,
+    MessageBrowser,
     MessageRepository,
     QueueRepository,
     QueueStateReader,
 )
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord, Caller
+from retsu.domain.browsing import BrowseState, MessagePosition, StoredMessage
 from retsu.domain.cursor import AuditPosition, QueuePosition
 from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
 from retsu.domain.idempotency import IdempotentEnqueued
@@ -62,6 +64,7 @@ class RepositoryHarness(Protocol):
     state: QueueStateReader
     maintenance: Maintenance
     leadership: Leadership
+    browser: MessageBrowser
 
     async def advance(self, seconds: float) -> None:
         """Move the adapter's clock forward."""
@@ -197,7 +200,265 @@ class Scenario:
         return await self.harness.stored(self.queue.id)
 
 
-class RepositoryContract:
+class MessageBrowsingContract:
+    """SPEC §3.6: looking at live messages without claiming them, and an operator's delete
+    (the ``MessageBrowser`` port). Mixed into ``RepositoryContract``."""
+
+    async def browse(
+        self,
+        q: Scenario,
+        state: BrowseState | None = None,
+        *,
+        priority: Priority | None = None,
+        limit: int = 100,
+        after: MessagePosition | None = None,
+    ) -> list[StoredMessage]:
+        batch = await q.harness.browser.list_messages(
+            q.id, state=state, priority=priority, limit=limit, after=after
+        )
+        assert batch.resume_after is None  # small queues never reach the scan budget
+        return batch.messages
+
+    async def payloads(self, q: Scenario, state: BrowseState | None = None, **kw: Any) -> list[str]:
+        return [m.payload for m in await self.browse(q, state, **kw)]
+
+    async def mixed(self, harness: RepositoryHarness) -> tuple[Scenario, dict[str, UUID]]:
+        """ready: high (released once), low-1, low-2 · in flight: medium · delayed: later."""
+        q = Scenario(harness, await add(harness, new_queue()))
+        ids = {}
+        for payload, priority, delay in [
+            ("low-1", Priority.LOW, 0),
+            ("medium", Priority.MEDIUM, 0),
+            ("low-2", Priority.LOW, 0),
+            ("later", Priority.HIGH, 600),
+            ("high", Priority.HIGH, 0),
+        ]:
+            (ids[payload],) = await q.send(message(payload, priority, delay=delay))
+        high, medium = await q.take_messages(2, visibility=300)
+        assert (high.payload, medium.payload) == ("high", "medium")
+        receipt = Receipt(high.id, high.receipt_handle)
+        assert await q.messages.change_visibility(q.id, receipt, 0) is True
+        await q.advance(0.001)
+        return q, ids
+
+    async def test_each_state_is_listed_in_its_order(self, harness: RepositoryHarness) -> None:
+        q, ids = await self.mixed(harness)
+        assert await self.payloads(q, BrowseState.READY) == ["high", "low-1", "low-2"]
+        assert await self.payloads(q, BrowseState.IN_FLIGHT) == ["medium"]
+        assert await self.payloads(q, BrowseState.DELAYED) == ["later"]
+        assert await self.payloads(q) == ["low-1", "medium", "low-2", "later", "high"]
+        every = {m.payload: m for m in await self.browse(q)}
+        assert {p: m.state for p, m in every.items()} == {
+            "low-1": BrowseState.READY,
+            "medium": BrowseState.IN_FLIGHT,
+            "low-2": BrowseState.READY,
+            "later": BrowseState.DELAYED,
+            "high": BrowseState.READY,
+        }
+        high, medium, later = every["high"], every["medium"], every["later"]
+        assert (high.id, high.delivery_attempts, high.priority) == (ids["high"], 1, Priority.HIGH)
+        assert high.last_delivered_at is not None and high.redriven_from is None
+        assert medium.available_at - medium.last_delivered_at == timedelta(seconds=300)  # type: ignore[operator]
+        assert later.last_delivered_at is None and later.delivery_attempts == 0
+        assert later.available_at - later.enqueued_at == timedelta(seconds=600)
+        assert every["low-1"].available_at <= every["low-1"].enqueued_at + CLOCK_SLACK
+
+    async def test_browsing_never_claims_or_changes_a_message(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q, _ = await self.mixed(harness)
+
+        async def counts() -> list[tuple[int, int, int]]:
+            return [(s.ready, s.in_flight, s.delayed) for s in await q.state.read_state(q.id)]
+
+        before = await counts()
+        first = await self.browse(q)
+        for state in BrowseState:
+            await self.browse(q, state)
+        assert await counts() == before
+        assert await self.browse(q) == first
+        assert await q.take_payloads(10) == ["high", "low-1", "low-2"]
+
+    async def test_a_priority_filter_keeps_each_lists_order(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q, _ = await self.mixed(harness)
+        assert await self.payloads(q, priority=Priority.LOW) == ["low-1", "low-2"]
+        assert await self.payloads(q, BrowseState.READY, priority=Priority.LOW) == [
+            "low-1",
+            "low-2",
+        ]
+        assert await self.payloads(q, BrowseState.READY, priority=Priority.HIGH) == ["high"]
+        assert await self.payloads(q, BrowseState.IN_FLIGHT, priority=Priority.LOW) == []
+        assert await self.payloads(q, BrowseState.DELAYED, priority=Priority.HIGH) == ["later"]
+
+    @pytest.mark.parametrize("state", [None, *BrowseState])
+    async def test_pages_follow_one_another_without_gaps_or_repeats(
+        self, harness: RepositoryHarness, state: BrowseState | None
+    ) -> None:
+        q = Scenario(harness, await add(harness, new_queue()))
+        for i in range(7):
+            priority = [Priority.LOW, Priority.HIGH, Priority.MEDIUM][i % 3]
+            delay = 600 - 10 * i if state is BrowseState.DELAYED else 0
+            await q.send(message(f"m{i}", priority, delay=delay))
+            await q.advance(0.01)
+        if state is BrowseState.IN_FLIGHT:
+            for seconds in (50, 20, 40, 10, 70, 30, 60):
+                await q.take_messages(1, visibility=seconds)
+        whole = await self.browse(q, state)
+        assert len(whole) == 7
+        seen: list[StoredMessage] = []
+        after = None
+        while True:
+            page = await self.browse(q, state, limit=2, after=after)
+            if not page:
+                break
+            seen += page
+            after = MessagePosition.of(state, page[-1])
+        assert [m.id for m in seen] == [m.id for m in whole]
+        if state is BrowseState.IN_FLIGHT:
+            ends = [m.available_at for m in whole]
+            assert ends == sorted(ends)
+
+    async def test_messages_in_no_state_are_not_listed_shown_or_deleted(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = Scenario(harness, await add(harness, new_queue(max_delivery_attempts=2)))
+        (exhausted,) = await q.send(message("exhausted", Priority.HIGH))
+        (stale,) = await q.send(message("stale", Priority.MEDIUM))
+        (alive,) = await q.send(message("alive", Priority.LOW))
+        (expired,) = await q.send(message("expired", Priority.LOW, ttl=10))
+        assert await q.take_payloads(2, visibility=5) == ["exhausted", "stale"]
+        await q.advance(6)
+        # "exhausted" takes its last attempt; "stale" loses to it and is ready again.
+        assert await q.take_payloads(1, visibility=5) == ["exhausted"]
+        await q.advance(6)  # "exhausted"'s last lease has ended; "expired" has expired
+        # A lowered limit leaves "stale" (one attempt used) with none.
+        updated = await q.queues.update_queue(
+            q.id, QueueSettingsUpdate(max_delivery_attempts=1), audit_of(q.id)
+        )
+        assert updated is not None
+        assert await self.payloads(q) == ["alive"]
+        for state in BrowseState:
+            assert await self.payloads(q, state) == (
+                ["alive"] if state is BrowseState.READY else []
+            )
+        audit = AuditEntry.of_message(AuditAction.MESSAGE_DELETED, q.id, expired, CALLER)
+        for gone in [expired, exhausted, stale, uuid7()]:
+            assert await q.harness.browser.get_message(q.id, gone) is None
+            assert await q.harness.browser.delete_message(q.id, gone, audit) is False
+        assert (await q.harness.browser.get_message(q.id, alive)) is not None
+        assert await q.stored() == 4  # nothing was deleted
+
+    async def test_an_in_flight_message_past_its_lifetime_is_still_in_flight(
+        self, q: Scenario
+    ) -> None:
+        (leased,) = await q.send(message("leased", ttl=10))
+        await q.take_messages(visibility=60)
+        await q.advance(20)
+        shown = await q.harness.browser.get_message(q.id, leased)
+        assert shown is not None and shown.state is BrowseState.IN_FLIGHT
+        assert await self.payloads(q, BrowseState.IN_FLIGHT) == ["leased"]
+
+    async def test_ended_delays_and_leases_are_ready_in_delivery_order(self, q: Scenario) -> None:
+        await q.send(message("delayed", Priority.LOW, delay=5))
+        await q.send(message("leased", Priority.LOW))
+        await q.send(message("plain", Priority.LOW))
+        assert await q.take_payloads(1, visibility=5) == ["leased"]
+        await q.advance(6)
+        ready = await self.browse(q, BrowseState.READY)
+        assert [m.payload for m in ready] == ["delayed", "leased", "plain"]
+        assert all(m.state is BrowseState.READY for m in ready)
+        assert await q.take_payloads(3) == ["delayed", "leased", "plain"]
+
+    async def test_a_message_is_shown_whole_and_only_in_its_queue(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q, ids = await self.mixed(harness)
+        other = Scenario(harness, await add(harness, new_queue()))
+        listed = {m.id: m for m in await self.browse(q)}
+        for message_id in ids.values():
+            assert await q.harness.browser.get_message(q.id, message_id) == listed[message_id]
+            assert await q.harness.browser.get_message(other.id, message_id) is None
+
+    async def test_browsing_a_missing_queue_is_queue_not_found(
+        self, harness: RepositoryHarness
+    ) -> None:
+        browser, missing = harness.browser, uuid7()
+        audit = AuditEntry.of_message(AuditAction.MESSAGE_DELETED, missing, missing, CALLER)
+        with pytest.raises(QueueNotFound):
+            await browser.list_messages(missing, state=None, priority=None, limit=5, after=None)
+        with pytest.raises(QueueNotFound):
+            await browser.get_message(missing, uuid7())
+        with pytest.raises(QueueNotFound):
+            await browser.delete_message(missing, uuid7(), audit)
+
+    async def test_delete_removes_a_message_in_any_state_and_is_audited(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q, ids = await self.mixed(harness)
+        (medium,) = [m for m in await self.browse(q) if m.payload == "medium"]
+        for payload in ["high", "medium", "later", "low-1"]:
+            audit = AuditEntry.of_message(AuditAction.MESSAGE_DELETED, q.id, ids[payload], CALLER)
+            assert await q.harness.browser.delete_message(q.id, ids[payload], audit) is True
+            assert await q.harness.browser.get_message(q.id, ids[payload]) is None
+            assert await q.harness.browser.delete_message(q.id, ids[payload], audit) is False
+        assert await self.payloads(q) == ["low-2"]
+        assert await q.stored() == 1
+        state = {s.priority: s for s in await q.state.read_state(q.id)}
+        assert [(s.ready, s.in_flight, s.delayed) for s in state.values()] == [
+            (0, 0, 0),
+            (0, 0, 0),
+            (1, 0, 0),
+        ]
+        rows = await q.audit_log.list_audit_records(
+            limit=10, after=None, queue_id=q.id, action=AuditAction.MESSAGE_DELETED
+        )
+        assert sorted(r.target_id for r in rows) == sorted(
+            str(ids[p]) for p in ["high", "medium", "later", "low-1"]
+        )
+        assert {(r.target_type, r.actor, r.request_id) for r in rows} == {
+            ("message", CALLER.actor, CALLER.request_id)
+        }
+        assert medium.id == ids["medium"]
+
+    async def test_the_delivery_of_a_deleted_message_acknowledges_as_a_no_op(
+        self, q: Scenario
+    ) -> None:
+        await q.send_payloads("job")
+        (delivered,) = await q.take_messages()
+        audit = AuditEntry.of_message(AuditAction.MESSAGE_DELETED, q.id, delivered.id, CALLER)
+        assert await q.harness.browser.delete_message(q.id, delivered.id, audit) is True
+        assert await q.ack(delivered) == 0
+        assert await q.take_messages() == []
+
+    async def test_redriven_messages_remember_their_dead_letter(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = Scenario(harness, await add(harness, new_queue(max_delivery_attempts=1)))
+        await q.send_payloads("a", "b", "c")
+        await q.take_messages(3, visibility=10)
+        await q.advance(11)
+        assert (await q.take()).dead_lettered == 3
+        c, b, a = await q.dead_letter_records()
+        one, *many = uuid7(), uuid7(), uuid7()
+        single = AuditEntry.of_dead_letter(AuditAction.DEAD_LETTER_REDRIVEN, q.id, a.id, CALLER)
+        assert await q.dead_letters.redrive_dead_letter(q.id, a.id, one, single)
+        bulk = AuditEntry.of_queue(AuditAction.DEAD_LETTER_REDRIVEN, q.id, CALLER, limit=2)
+        assert await q.dead_letters.redrive_dead_letters(q.id, many, bulk) == 2
+        shown = {m.id: m.redriven_from for m in await self.browse(q)}
+        assert shown == {one: a.id, many[0]: b.id, many[1]: c.id}
+        (latest, *_) = await q.audit_log.list_audit_records(
+            limit=1, after=None, queue_id=q.id, action=AuditAction.DEAD_LETTER_REDRIVEN
+        )
+        assert latest.details["new_message_ids"] == {
+            str(b.id): str(many[0]),
+            str(c.id): str(many[1]),
+        }
+        assert latest.details["redriven"] == 2
+
+
+class RepositoryContract(MessageBrowsingContract):
     """The behaviour every repository adapter must share."""
 
     KNOWN_GAPS: ClassVar[dict[str, str]] = {}

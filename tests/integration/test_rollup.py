@@ -242,13 +242,16 @@ class Workload:
         if roll < 0.15:
             await self._limit(queue_id)
             return
-        if roll < 0.2:
+        if roll < 0.3:  # an operator deletes a message it browsed, in whatever state
+            await self._delete_a_message(queue_id)
+            return
+        if roll < 0.35:
             purged = await self.repository.queues.purge_queue(
                 queue_id, AuditEntry.of_queue(AuditAction.QUEUE_PURGED, queue_id, CALLER)
             )
             self.ops["purged"] += purged or 0
             return
-        if roll < 0.45:
+        if roll < 0.55:
             audit = AuditEntry.of_queue(AuditAction.DEAD_LETTER_REDRIVEN, queue_id, CALLER)
             moved = await self.repository.dead_letters.redrive_dead_letters(
                 queue_id, [uuid.uuid4() for _ in range(self.rng.randint(1, 5))], audit
@@ -263,7 +266,7 @@ class Workload:
         audit = AuditEntry.of_dead_letter(
             AuditAction.DEAD_LETTER_DELETED, queue_id, dead.id, CALLER
         )
-        if roll < 0.7:
+        if roll < 0.8:
             if await self.repository.dead_letters.redrive_dead_letter(
                 queue_id, dead.id, uuid.uuid4(), audit
             ):
@@ -271,6 +274,17 @@ class Workload:
                 self.ops["enqueued"] += 1
         elif await self.repository.dead_letters.delete_dead_letter(queue_id, dead.id, audit):
             self.ops["dead letters deleted"] += 1
+
+    async def _delete_a_message(self, queue_id: UUID) -> None:
+        batch = await self.repository.browser.list_messages(
+            queue_id, state=None, priority=None, limit=5, after=None
+        )
+        if not batch.messages:
+            return
+        chosen = self.rng.choice(batch.messages)
+        audit = AuditEntry.of_message(AuditAction.MESSAGE_DELETED, queue_id, chosen.id, CALLER)
+        if await self.repository.browser.delete_message(queue_id, chosen.id, audit):
+            self.ops["messages deleted"] += 1
 
     async def _limit(self, queue_id: UUID) -> None:
         limit = self.rng.choice((1, 2, 3, 5))
@@ -393,6 +407,7 @@ async def test_the_rollup_equals_a_full_count_after_a_random_concurrent_workload
         "released",
         "redriven",
         "dead letters deleted",
+        "messages deleted",
         "purged",
         "limit changed",
     ):

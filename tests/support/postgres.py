@@ -13,6 +13,7 @@ from types import ModuleType
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
+from retsu.adapters.postgres.browsing import PostgresMessageBrowser
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
@@ -35,6 +36,7 @@ class PostgresStorage:
         self.maintenance = PostgresMaintenance(self.database)
         self.leadership = AdvisoryLockLeadership(self.database)
         self.secrets = PostgresServerSecrets(self.database)
+        self.browser = PostgresMessageBrowser(self.database)
 
 
 def _migration(revision: str) -> ModuleType:

@@ -61,7 +61,8 @@ class RetsuProcess:
         )
 
     def output(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # stop() closes it; the file stays readable
+            self._log.flush()
         return self.log_path.read_text()
 
     def wait_until_ready(self, url: str, timeout: float = 30) -> None:

@@ -20,6 +20,7 @@ class MemoryHarness:
         # One object serves every port.
         self.queues = self.messages = self.dead_letters = self.repository
         self.audit_log = self.state = self.maintenance = self.repository
+        self.browser = self.repository
         self.leadership = InMemoryLeadership(InMemoryLock(), self.repository)
 
     async def advance(self, seconds: float) -> None:

@@ -720,8 +720,8 @@ def _tokens_env(json_text: str) -> dict[str, str]:
             "auth.tokens[0].scopes: must be a non-empty list of scopes",
         ),
         (
-            f'[{{"name": "a", "secret": "{SECRET}", "scopes": ["read"]}}]',
-            "auth.tokens[0].scopes: unknown scope 'read'",
+            f'[{{"name": "a", "secret": "{SECRET}", "scopes": ["write"]}}]',
+            "auth.tokens[0].scopes: unknown scope 'write'",
         ),
         (
             f'[{{"name": "a", "secret": "{SECRET}", "scopes": ["admin"], "scope": 1}}]',

@@ -12,6 +12,7 @@ from typing import Protocol
 from uuid import UUID
 
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
+from retsu.domain.browsing import BrowseState, MessageBatch, MessagePosition, StoredMessage
 from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
@@ -136,6 +137,35 @@ class MessageRepository(Protocol):
         ...
 
 
+class MessageBrowser(Protocol):
+    """Looking at a queue's live messages without claiming them, and an operator's delete
+    (SPEC §3.6). States follow the §3.2 counting rules (``retsu.domain.browsing``)."""
+
+    async def list_messages(
+        self,
+        queue_id: UUID,
+        *,
+        state: BrowseState | None,
+        priority: Priority | None,
+        limit: int,
+        after: MessagePosition | None,
+    ) -> MessageBatch:
+        """Up to ``limit`` live messages after ``after``, in the order of ``state``'s list
+        (every live message when None), of ``priority`` only when given; never changes a
+        message. Examines at most ``BROWSE_SCAN_BUDGET`` stored rows: when that ends the
+        walk first, the batch says where to resume. Raises QueueNotFound."""
+        ...
+
+    async def get_message(self, queue_id: UUID, message_id: UUID) -> StoredMessage | None:
+        """The live message, or None when it is in no state. Raises QueueNotFound."""
+        ...
+
+    async def delete_message(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
+        """Remove a live message in any state, with its audit row, in one transaction; False
+        when there is none. Raises QueueNotFound."""
+        ...
+
+
 class DeadLetterRepository(Protocol):
     """Dead-letter records of one queue. Listing is newest first, by (dead_lettered_at,
     enqueue_order) descending; bulk redrive takes the exact reverse, oldest first."""
@@ -158,7 +188,8 @@ class DeadLetterRepository(Protocol):
         self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
     ) -> int:
         """Redrive up to ``len(new_ids)`` records, oldest first, giving them the new ids in
-        that order; how many moved. The audit row's details get ``redriven``: the count."""
+        that order; how many moved. The audit row's details get ``redriven``: the count, and
+        ``new_message_ids``: each record's id → the id of the message made from it."""
         ...
 
     async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:

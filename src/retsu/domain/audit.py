@@ -14,6 +14,7 @@ ANONYMOUS = "anonymous"
 
 TARGET_QUEUE = "queue"
 TARGET_DEAD_LETTER = "dead_letter"
+TARGET_MESSAGE = "message"
 
 
 class AuditAction(enum.StrEnum):
@@ -25,6 +26,7 @@ class AuditAction(enum.StrEnum):
     QUEUE_DELETED = "queue.deleted"
     DEAD_LETTER_REDRIVEN = "dead_letter.redriven"
     DEAD_LETTER_DELETED = "dead_letter.deleted"
+    MESSAGE_DELETED = "message.deleted"
 
     @classmethod
     def parse(cls, text: str) -> AuditAction:
@@ -52,7 +54,7 @@ class AuditEntry:
     """An audit row to write in the same transaction as the change it records."""
 
     action: AuditAction
-    target_type: str  # "queue" or "dead_letter"
+    target_type: str  # "queue", "dead_letter" or "message"
     target_id: str
     queue_id: UUID | None
     caller: Caller
@@ -73,6 +75,12 @@ class AuditEntry:
         cls, action: AuditAction, queue_id: UUID, message_id: UUID, caller: Caller, **details: Any
     ) -> AuditEntry:
         return cls(action, TARGET_DEAD_LETTER, str(message_id), queue_id, caller, details)
+
+    @classmethod
+    def of_message(
+        cls, action: AuditAction, queue_id: UUID, message_id: UUID, caller: Caller, **details: Any
+    ) -> AuditEntry:
+        return cls(action, TARGET_MESSAGE, str(message_id), queue_id, caller, details)
 
 
 @dataclass(frozen=True, slots=True)

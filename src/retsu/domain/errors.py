@@ -45,6 +45,16 @@ class DeadLetterNotFound(NotFound):
         super().__init__(f"Dead letter {message_id} does not exist in this queue.")
 
 
+class MessageNotFound(NotFound):
+    """No live message with this id in the queue (acknowledged, expired, dead-lettered and
+    unknown ids alike)."""
+
+    code = "message_not_found"
+
+    def __init__(self, message_id: object) -> None:
+        super().__init__(f"Message {message_id} is not a live message of this queue.")
+
+
 class QueueAlreadyExists(Conflict):
     code = "queue_already_exists"
 

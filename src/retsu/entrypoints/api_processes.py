@@ -31,6 +31,7 @@ from retsu.entrypoints.settings import Settings
 
 # uvicorn's supervisor stops (rather than restarting the process forever) on this exit code.
 STARTUP_FAILURE = 3
+HEALTHCHECK_SECONDS = 20
 
 
 class _ApiProcess(multiprocess.Process):
@@ -53,13 +54,15 @@ class _ApiProcess(multiprocess.Process):
         # server runs, run_api's own handlers take over and stop it gracefully.
         signal.signal(signal.SIGTERM, _exit_at_once)
         signal.signal(signal.SIGINT, _exit_at_once)
+        # Answer the supervisor's pings before the heavy imports below: on a loaded machine
+        # they take seconds, and an unanswered ping gets a starting process killed.
+        self.listening = threading.Event()
+        threading.Thread(target=self.always_pong, daemon=True).start()
         from retsu import __version__
         from retsu.adapters.telemetry.logging import configure_logging
         from retsu.entrypoints.api import run_api
         from retsu.entrypoints.loop import run
 
-        self.listening = threading.Event()
-        threading.Thread(target=self.always_pong, daemon=True).start()
         settings = self.settings
         configure_logging(
             filter=settings.logging.filter,
@@ -122,11 +125,18 @@ def run_api_processes(settings: Settings, count: int) -> int:
     asyncio.run(check())
     _settings_for_children = settings
     multiprocess.Process = _ApiProcess  # type: ignore[misc]
-    config = uvicorn.Config("retsu", workers=count, log_config=None)
+    # A process is declared hung (killed, replaced) when it leaves a ping unanswered this
+    # long; uvicorn's 5 s default was reached by processes still importing on a busy host.
+    config = uvicorn.Config(
+        "retsu", workers=count, log_config=None, timeout_worker_healthcheck=HEALTHCHECK_SECONDS
+    )
     supervisor = _Supervisor(config, sockets=[sock])
     supervisor.run()
     sock.close()
     codes = [process.exitcode for process in supervisor.processes]
     if STARTUP_FAILURE in codes:
         return 1
-    return 0 if all(code == 0 for code in codes) else 1
+    # A process the supervisor's SIGTERM reached while still starting (before its own
+    # handlers are installed: a replacement being spawned) dies of the signal with nothing
+    # in flight; once serving, run_api handles SIGTERM and exits 0. Both are a clean stop.
+    return 0 if all(code in (0, -signal.SIGTERM) for code in codes) else 1

@@ -25,6 +25,7 @@ from retsu.adapters.http.auth import ApiToken, AuthConfig
 from retsu.adapters.http.console import ConsoleConfig
 from retsu.adapters.http.management import create_management_app
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
+from retsu.adapters.postgres.browsing import PostgresMessageBrowser
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
 from retsu.adapters.postgres.engine import check_database, create_engine
@@ -42,6 +43,7 @@ from retsu.adapters.telemetry.instrumented import (
     InstrumentedDeadLetters,
     InstrumentedLeadership,
     InstrumentedMaintenance,
+    InstrumentedMessageBrowser,
     InstrumentedMessages,
     InstrumentedQueues,
     InstrumentedQueueState,
@@ -56,14 +58,17 @@ from retsu.application.clean_dead_letters import CleanDeadLetters
 from retsu.application.clean_expired_messages import CleanExpiredMessages
 from retsu.application.create_queue import CreateQueue
 from retsu.application.delete_dead_letter import DeleteDeadLetter
+from retsu.application.delete_message import DeleteMessage
 from retsu.application.delete_queue import DeleteQueue
 from retsu.application.dequeue import Dequeue
 from retsu.application.enqueue import Enqueue
 from retsu.application.enqueue_idempotent import EnqueueIdempotent
 from retsu.application.get_dead_letter import GetDeadLetter
+from retsu.application.get_message import GetMessage
 from retsu.application.get_queue import GetQueue
 from retsu.application.list_audit_log import ListAuditLog
 from retsu.application.list_dead_letters import ListDeadLetters
+from retsu.application.list_messages import ListMessages
 from retsu.application.list_queues import ListQueues
 from retsu.application.pause_queue import PauseQueue, ResumeQueue
 from retsu.application.ports import QueueRepository
@@ -189,6 +194,12 @@ class StorageContainer(containers.DeclarativeContainer):
     )
     audit_log = providers.Singleton(
         InstrumentedAuditLog, providers.Singleton(PostgresAuditLog, database), instrumentation
+    )
+    # Browsing messages without claiming them, and an operator's delete (SPEC §3.6).
+    message_browser = providers.Singleton(
+        InstrumentedMessageBrowser,
+        providers.Singleton(PostgresMessageBrowser, database),
+        instrumentation,
     )
     # The cleaners' batches and the collector's lock (worker roles).
     maintenance = providers.Singleton(
@@ -348,6 +359,12 @@ class UseCaseContainer(containers.DeclarativeContainer):
     list_audit_log = providers.Singleton(
         ListAuditLog, audit_log=storage.audit_log, secrets=storage.secrets
     )
+    # -- browsing messages without claiming them (SPEC §3.6) --
+    list_messages = providers.Singleton(
+        ListMessages, browser=storage.message_browser, secrets=storage.secrets
+    )
+    get_message = providers.Singleton(GetMessage, browser=storage.message_browser)
+    delete_message = providers.Singleton(DeleteMessage, browser=storage.message_browser)
 
 
 class ApiContainer(containers.DeclarativeContainer):

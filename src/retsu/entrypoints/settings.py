@@ -48,7 +48,7 @@ __all__ = [
 
 DEFAULT_CONFIG_FILE: Final = Path("config") / "retsu.yaml"
 ENV_PREFIX: Final = "RETSU_"
-SCOPES: Final = frozenset({"messages", "admin"})
+SCOPES: Final = frozenset({"messages", "read", "admin"})
 
 
 class ConfigError(Exception):
@@ -340,7 +340,9 @@ class Token(Struct, frozen=True, forbid_unknown_fields=True):
             # It travels in an `authorization: Bearer` header; anything else never matches.
             raise _Invalid("secret", "must contain only visible ASCII characters")
         if unknown := sorted(self.scopes - SCOPES):
-            raise _Invalid("scopes", f"unknown scope {unknown[0]!r} (expected admin or messages)")
+            raise _Invalid(
+                "scopes", f"unknown scope {unknown[0]!r} (expected admin, messages or read)"
+            )
 
     def __repr__(self) -> str:
         return f"Token(name={self.name!r}, scopes={sorted(self.scopes)!r})"
@@ -531,7 +533,7 @@ def _explain(error: msgspec.ValidationError, raw: object) -> tuple[str, str]:
     if isinstance(kind, schema.StrType):
         return where, f"must be a non-empty string, {got}"
     if isinstance(kind, schema.FrozenSetType):
-        return where, f"must be a non-empty list of scopes (admin, messages), {got}"
+        return where, f"must be a non-empty list of scopes (admin, messages, read), {got}"
     if isinstance(kind, schema.VarTupleType):
         return where, f"must be a list of {{name, secret, scopes}} objects, {got}"
     if isinstance(kind, schema.StructType) and kind.cls is Token:

@@ -37,6 +37,7 @@ from retsu.adapters.telemetry.instrumented import (
     InstrumentedDeadLetters,
     InstrumentedLeadership,
     InstrumentedMaintenance,
+    InstrumentedMessageBrowser,
     InstrumentedMessages,
     InstrumentedQueues,
     InstrumentedQueueState,
@@ -194,6 +195,7 @@ class MemoryStorageContainer(containers.DeclarativeContainer):
         message_signals,
     )
     audit_log = providers.Singleton(InstrumentedAuditLog, database, instrumentation)
+    message_browser = providers.Singleton(InstrumentedMessageBrowser, database, instrumentation)
     maintenance = providers.Singleton(InstrumentedMaintenance, database, instrumentation)
     leadership = providers.Singleton(
         InstrumentedLeadership,

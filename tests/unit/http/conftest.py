@@ -32,7 +32,14 @@ NO_CACHES = {"cache": {"distributed": {"enabled": False}, "in_memory": {"enabled
 LocalSignals = LocalMessageSignals
 
 
-STORAGE_PORTS = ("queues", "queue_state", "messages", "dead_letters", "audit_log")
+STORAGE_PORTS = (
+    "queues",
+    "queue_state",
+    "messages",
+    "dead_letters",
+    "audit_log",
+    "message_browser",
+)
 
 
 async def _ready() -> None:

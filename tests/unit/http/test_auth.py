@@ -19,10 +19,11 @@ from litestar.testing import AsyncTestClient
 from retsu.adapters.http.auth import (
     ADMIN,
     MESSAGES,
+    READ,
     ApiToken,
     AuthConfig,
     AuthMiddleware,
-    required_scope,
+    accepted_scopes,
     route_scopes,
 )
 from retsu.adapters.http.caller import caller_of
@@ -34,43 +35,57 @@ from tests.unit.http.helpers import MISSING_ID, Client, assert_problem, raw_requ
 ADMIN_SECRET = "adm-7f3c9a1e5b2d4c8f"
 MESSAGES_SECRET = "msg-2b8e6d4a0c9f1e3b"
 BOTH_SECRET = "both-5d1a7c3e9b"
-SECRETS = (ADMIN_SECRET, MESSAGES_SECRET, BOTH_SECRET)
+READ_SECRET = "read-9c4e2a6f1b"
+SECRETS = (ADMIN_SECRET, MESSAGES_SECRET, BOTH_SECRET, READ_SECRET)
 
 TOKENS = (
     ApiToken(name="ops-team", secret=ADMIN_SECRET, scopes=frozenset({ADMIN})),
     ApiToken(name="billing-worker", secret=MESSAGES_SECRET, scopes=frozenset({MESSAGES})),
     ApiToken(name="both", secret=BOTH_SECRET, scopes=frozenset({ADMIN, MESSAGES})),
+    ApiToken(name="on-call", secret=READ_SECRET, scopes=frozenset({READ})),
 )
 AUTH = AuthConfig(enabled=True, tokens=TOKENS)
 
 AS_ADMIN = {"authorization": f"Bearer {ADMIN_SECRET}"}
 AS_MESSAGES = {"authorization": f"Bearer {MESSAGES_SECRET}"}
+AS_READ = {"authorization": f"Bearer {READ_SECRET}"}
+AS = {MESSAGES: AS_MESSAGES, READ: AS_READ, ADMIN: AS_ADMIN}
 
 CHALLENGE = 'Bearer realm="retsu"'
 
 # SPEC §3.5, route by route (templates without Litestar's ``:type``). Every /v1 route of the
 # app must be listed here: a new route fails the walk below until its scope is decided.
-SPEC_SCOPES: dict[tuple[str, str], str] = {
-    ("POST", "/v1/queues"): ADMIN,
-    ("GET", "/v1/queues"): MESSAGES,
-    ("GET", "/v1/queues/{queue_id}"): MESSAGES,
-    ("PATCH", "/v1/queues/{queue_id}"): ADMIN,
-    ("DELETE", "/v1/queues/{queue_id}"): ADMIN,
-    ("POST", "/v1/queues/{queue_id}/pause"): ADMIN,
-    ("POST", "/v1/queues/{queue_id}/resume"): ADMIN,
-    ("POST", "/v1/queues/{queue_id}/purge"): ADMIN,
-    ("POST", "/v1/queues/{queue_id}/messages"): MESSAGES,
-    ("POST", "/v1/queues/{queue_id}/messages/batch"): MESSAGES,
-    ("POST", "/v1/queues/{queue_id}/messages/dequeue"): MESSAGES,
-    ("POST", "/v1/queues/{queue_id}/messages/acknowledge"): MESSAGES,
-    ("POST", "/v1/queues/{queue_id}/messages/{message_id}/acknowledge"): MESSAGES,
-    ("POST", "/v1/queues/{queue_id}/messages/{message_id}/visibility"): MESSAGES,
-    ("GET", "/v1/queues/{queue_id}/dead-letters"): ADMIN,
-    ("GET", "/v1/queues/{queue_id}/dead-letters/{message_id}"): ADMIN,
-    ("DELETE", "/v1/queues/{queue_id}/dead-letters/{message_id}"): ADMIN,
-    ("POST", "/v1/queues/{queue_id}/dead-letters/{message_id}/redrive"): ADMIN,
-    ("POST", "/v1/queues/{queue_id}/dead-letters/redrive"): ADMIN,
-    ("GET", "/v1/audit-log"): ADMIN,
+# Besides admin, which every route accepts.
+CONSUMER_READ = frozenset({MESSAGES, READ, ADMIN})
+CONSUMER = frozenset({MESSAGES, ADMIN})
+OPERATOR_READ = frozenset({READ, ADMIN})
+ADMIN_ONLY = frozenset({ADMIN})
+SPEC_SCOPES: dict[tuple[str, str], frozenset[str]] = {
+    ("POST", "/v1/queues"): ADMIN_ONLY,
+    ("GET", "/v1/queues"): CONSUMER_READ,
+    ("GET", "/v1/queues/{queue_id}"): CONSUMER_READ,
+    ("PATCH", "/v1/queues/{queue_id}"): ADMIN_ONLY,
+    ("DELETE", "/v1/queues/{queue_id}"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/pause"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/resume"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/purge"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/messages"): CONSUMER,
+    ("POST", "/v1/queues/{queue_id}/messages/batch"): CONSUMER,
+    ("POST", "/v1/queues/{queue_id}/messages/dequeue"): CONSUMER,
+    ("POST", "/v1/queues/{queue_id}/messages/acknowledge"): CONSUMER,
+    ("POST", "/v1/queues/{queue_id}/messages/{message_id}/acknowledge"): CONSUMER,
+    ("POST", "/v1/queues/{queue_id}/messages/{message_id}/visibility"): CONSUMER,
+    ("GET", "/v1/queues/{queue_id}/messages"): OPERATOR_READ,
+    ("GET", "/v1/queues/{queue_id}/messages/{message_id}"): OPERATOR_READ,
+    ("DELETE", "/v1/queues/{queue_id}/messages/{message_id}"): ADMIN_ONLY,
+    ("GET", "/v1/queues/{queue_id}/dead-letters"): OPERATOR_READ,
+    ("GET", "/v1/queues/{queue_id}/dead-letters/{message_id}"): OPERATOR_READ,
+    ("DELETE", "/v1/queues/{queue_id}/dead-letters/{message_id}"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/dead-letters/{message_id}/redrive"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/dead-letters/redrive"): ADMIN_ONLY,
+    ("GET", "/v1/audit-log"): OPERATOR_READ,
+    ("GET", "/v1/consumers"): OPERATOR_READ,
+    ("GET", "/v1/queues/{queue_id}/history"): OPERATOR_READ,
 }
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
@@ -366,7 +381,7 @@ async def test_unknown_routes_still_answer_404_and_405_when_authenticated(
         assert_problem(await client.get(path, headers=headers), 404, "not_found")
     assert_problem(await client.put("/v1/queues", headers=headers), 405, "method_not_allowed")
     assert_problem(
-        await client.get(f"/v1/queues/{MISSING_ID}/messages", headers=headers),
+        await client.put(f"/v1/queues/{MISSING_ID}/messages", headers=headers),
         405,
         "method_not_allowed",
     )
@@ -498,11 +513,10 @@ def test_every_registered_route_has_its_spec_scope(app: Litestar) -> None:
             f"{method} {path} is not in SPEC_SCOPES: decide its scope (SPEC §3.5) and add it"
         )
         assert scope == SPEC_SCOPES[(method, path)], (method, path, scope)
-    # Litestar's automatic OPTIONS needs the least scope any SPEC method of its path needs.
+    # OPTIONS: open to consumers on the queue reads and the message paths, else admin only.
     for path in options:
-        spec = {scope for (_, p), scope in SPEC_SCOPES.items() if p == path}
-        expected = MESSAGES if MESSAGES in spec else ADMIN
-        assert required_scope("OPTIONS", path) == expected, path
+        consumers = "/messages" in path or path in ("/v1/queues", "/v1/queues/{queue_id}")
+        assert accepted_scopes("OPTIONS", path) == (CONSUMER if consumers else ADMIN_ONLY), path
     # The core routes of the contract are there (the rest join as they are built).
     assert ("POST", "/v1/queues") in table
     assert ("POST", "/v1/queues/{queue_id:str}/messages/dequeue") in table
@@ -516,33 +530,39 @@ def test_the_open_routes_are_exactly_health_and_metrics_and_docs(app: Litestar) 
 
 def test_spec_templates_classify_like_the_rule() -> None:
     # Independent of which routes exist yet: every SPEC route, template and concrete path.
-    for (method, template), scope in SPEC_SCOPES.items():
-        assert required_scope(method, template) == scope, (method, template)
-        assert required_scope(method, _concrete(template)) == scope, (method, template)
-    assert required_scope("GET", "/health/live") is None
-    assert required_scope("GET", "/metrics") is None
-    assert required_scope("GET", "/v1") == ADMIN
-    assert required_scope("POST", "/v1/queues/x/some-new-operator-route") == ADMIN
-    assert required_scope("POST", "/v1/queues/x/messages/some-new-route") == MESSAGES
+    for (method, template), scopes in SPEC_SCOPES.items():
+        assert accepted_scopes(method, template) == scopes, (method, template)
+        assert accepted_scopes(method, _concrete(template)) == scopes, (method, template)
+        if method == "GET":
+            assert accepted_scopes("HEAD", template) == scopes, template
+    assert accepted_scopes("GET", "/health/live") is None
+    assert accepted_scopes("GET", "/metrics") is None
+    assert accepted_scopes("GET", "/v1") == OPERATOR_READ
+    assert accepted_scopes("POST", "/v1/queues/x/some-new-operator-route") == ADMIN_ONLY
+    assert accepted_scopes("GET", "/v1/queues/x/some-new-operator-read") == OPERATOR_READ
+    assert accepted_scopes("POST", "/v1/queues/x/messages/some-new-route") == CONSUMER
+    # read: every GET under /v1, nothing else.
+    for (method, template), scopes in SPEC_SCOPES.items():
+        assert (READ in scopes) == (method == "GET"), (method, template)
 
 
 async def test_every_registered_route_enforces_its_scope(app: Litestar, client: Client) -> None:
-    """Real requests to every /v1 route: 401 without a token, 403 iff admin for a messages
-    token, never 401/403 for an admin token."""
+    """Real requests to every /v1 route: 401 without a token, 403 for a token with none of
+    the accepted scopes, never 401/403 for a token with one of them."""
     routes = _v1_routes(app)
     assert routes
     for method, template in routes:
         path = _concrete(template)
-        needed = required_scope(method, template)
+        accepted = accepted_scopes(method, template)
+        assert accepted is not None and ADMIN in accepted
         anonymous = await client.request(method, path)
         assert anonymous.status_code == 401, (method, template)
-        with_messages = await client.request(method, path, headers=AS_MESSAGES)
-        if needed == ADMIN:
-            assert with_messages.status_code == 403, (method, template, with_messages.text)
-        else:
-            assert with_messages.status_code not in (401, 403), (method, template)
-        with_admin = await client.request(method, path, headers=AS_ADMIN)
-        assert with_admin.status_code not in (401, 403), (method, template)
+        for scope, headers in AS.items():
+            response = await client.request(method, path, headers=headers)
+            if scope in accepted:
+                assert response.status_code not in (401, 403), (method, template, scope)
+            else:
+                assert response.status_code == 403, (method, template, scope, response.text)
 
 
 # -- secrets and timing ----------------------------------------------------------------
@@ -607,3 +627,42 @@ async def test_nothing_logged_by_auth_holds_a_secret(
         for headers in ({"authorization": f"Bearer {ADMIN_SECRET}x"}, AS_MESSAGES, AS_ADMIN):
             await client.post("/v1/queues", json={"name": "logq"}, headers=headers)
     _assert_no_secret(caplog.text)
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+async def test_a_read_token_looks_but_does_not_touch(client: Client) -> None:
+    queue = await _queue(client, "watched")
+    sent = await client.post(
+        f"/v1/queues/{queue}/messages", json={"payload": "p", "priority": "LOW"}, headers=AS_ADMIN
+    )
+    message = sent.json()["id"]
+    for path in [
+        "/v1/queues",
+        f"/v1/queues/{queue}",
+        f"/v1/queues/{queue}/messages",
+        f"/v1/queues/{queue}/messages/{message}",
+        f"/v1/queues/{queue}/dead-letters",
+        "/v1/audit-log",
+    ]:
+        response = await client.get(path, headers=AS_READ)
+        assert response.status_code == 200, (path, response.text)
+    for method, path in [
+        ("POST", f"/v1/queues/{queue}/messages"),
+        ("POST", f"/v1/queues/{queue}/messages/dequeue"),
+        ("DELETE", f"/v1/queues/{queue}/messages/{message}"),
+        ("POST", f"/v1/queues/{queue}/pause"),
+        ("POST", f"/v1/queues/{queue}/dead-letters/redrive"),
+    ]:
+        response = await client.request(method, path, headers=AS_READ)
+        body = assert_problem(response, 403, "forbidden")
+        assert "admin" in body["detail"]
+    browse = await client.get(f"/v1/queues/{queue}/messages", headers=AS_MESSAGES)
+    assert_problem(browse, 403, "forbidden")
+    assert browse.headers["www-authenticate"] == (
+        'Bearer realm="retsu", error="insufficient_scope", scope="admin read"'
+    )
+    # Nothing was touched.
+    shown = await client.get(f"/v1/queues/{queue}/messages/{message}", headers=AS_ADMIN)
+    assert shown.json()["state"] == "ready"

@@ -19,8 +19,8 @@ from itsdangerous import URLSafeTimedSerializer
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from retsu.adapters.http.auth import ADMIN, MESSAGES, ApiToken, AuthConfig
-from retsu.adapters.http.console.session import COOKIE_NAME, READ, SESSION_MAX_AGE_SECONDS
+from retsu.adapters.http.auth import ADMIN, MESSAGES, READ, ApiToken, AuthConfig
+from retsu.adapters.http.console.session import COOKIE_NAME, SESSION_MAX_AGE_SECONDS
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.memory.secrets import RandomServerSecrets
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue

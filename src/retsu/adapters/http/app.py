@@ -31,7 +31,7 @@ from retsu.adapters.http.openapi import (
 from retsu.adapters.http.params import TYPE_DECODERS
 from retsu.adapters.http.problems import EXCEPTION_HANDLERS, MAX_BODY_BYTES
 from retsu.adapters.http.request_rules import JsonRequest, check_request_rules
-from retsu.adapters.http.routes import audit, dead_letters, messages, queues
+from retsu.adapters.http.routes import audit, browsing, dead_letters, messages, queues
 from retsu.adapters.http.routes.health import DEFAULT_READINESS_TIMEOUT_SECONDS, health_routes
 from retsu.adapters.telemetry.metrics import Metrics
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 API_ROUTES: Sequence[HTTPRouteHandler] = (
     *queues.ROUTES,
     *messages.ROUTES,
+    *browsing.ROUTES,
     *dead_letters.ROUTES,
     *audit.ROUTES,
 )

@@ -13,18 +13,23 @@ HTTP-metrics layers, so a ``401``/``403`` still carries ``x-request-id`` and is 
 * The presented secret is hashed (SHA-256) and compared with ``hmac.compare_digest`` to the
   digest of *every* configured token, without stopping at a match: the time taken does not
   depend on which token matched, nor on the secrets' lengths.
-* The route's required scope comes from a structural rule (``required_scope``) over the
+* The scopes a route accepts come from a structural rule (``accepted_scopes``) over the
   path and the method, so a route added later is covered without editing any table:
 
-  - everything under ``/v1/queues/{queue_id}/messages`` → ``messages``;
-  - the two queue reads ``GET /v1/queues`` and ``GET /v1/queues/{queue_id}`` (and their
-    ``HEAD``/``OPTIONS``) → ``messages``;
-  - everything else under ``/v1`` (queue mutations, dead letters, the audit log, any new
-    route) → ``admin``.
+  - the two queue reads ``GET /v1/queues`` and ``GET /v1/queues/{queue_id}`` (and
+    ``HEAD``) → ``messages`` or ``read`` (their ``OPTIONS``: ``messages``);
+  - under ``/v1/queues/{queue_id}/messages``: ``GET``/``HEAD`` (browsing, SPEC §3.6) →
+    ``read``; ``DELETE`` (an operator's delete) → ``admin`` only; everything else (the
+    message lifecycle, and ``OPTIONS``) → ``messages``;
+  - every other ``GET``/``HEAD`` under ``/v1`` (dead letters, consumers, history, the
+    audit log, any new read) → ``read``;
+  - everything else under ``/v1`` (queue mutations, dead-letter actions, any new route)
+    → ``admin`` only.
 
-  ``admin`` satisfies every route. A token without the required scope gets ``403
-  forbidden`` — unless the path/method matches no route, in which case the request goes on
-  and answers ``404``/``405`` as it would without auth.
+  ``admin`` is accepted everywhere; ``read`` by every ``GET`` under ``/v1`` and nothing
+  else. A token with none of the accepted scopes gets ``403 forbidden`` — unless the
+  path/method matches no route, in which case the request goes on and answers
+  ``404``/``405`` as it would without auth.
 * The matched token's ``name`` is stored in the scope under ``ACTOR_SCOPE_KEY``: it is the
   audit actor ``caller_of`` returns.
 
@@ -54,6 +59,7 @@ from retsu.adapters.http.problems import PROBLEM_MEDIA_TYPE, Problem
 __all__ = [
     "ADMIN",
     "MESSAGES",
+    "READ",
     "SCOPES",
     "SCOPES_SCOPE_KEY",
     "ApiToken",
@@ -62,24 +68,29 @@ __all__ = [
     "Principal",
     "RouteResolver",
     "TokenTable",
+    "accepted_scopes",
     "app_route_resolver",
     "guarded",
     "path_components",
-    "required_scope",
     "route_scopes",
 ]
 
 logger = logging.getLogger("retsu.adapters.http.auth")
 
 MESSAGES: Final = "messages"
+READ: Final = "read"
 ADMIN: Final = "admin"
-SCOPES: Final = frozenset({MESSAGES, ADMIN})
+SCOPES: Final = frozenset({MESSAGES, READ, ADMIN})
 
 # The authenticated token's scopes, for anything downstream that wants them.
 SCOPES_SCOPE_KEY: Final = "retsu.scopes"
 
 REALM: Final = "retsu"
-_READS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+_LOOKS: Final = frozenset({"GET", "HEAD"})
+_ADMIN_ONLY: Final = frozenset({ADMIN})
+_CONSUMER_READ: Final = frozenset({MESSAGES, READ, ADMIN})
+_CONSUMER: Final = frozenset({MESSAGES, ADMIN})
+_OPERATOR_READ: Final = frozenset({READ, ADMIN})
 
 
 # --- configuration ----------------------------------------------------------------------
@@ -119,39 +130,49 @@ def guarded(components: list[str]) -> bool:
     return bool(components) and components[0] == "v1"
 
 
-def _scope_of(method: str, components: list[str]) -> str | None:
+def _scopes_of(method: str, components: list[str]) -> frozenset[str] | None:
     if not guarded(components):
         return None
     if len(components) >= 2 and components[1] == "queues":
         depth = len(components)
-        # /v1/queues and /v1/queues/{queue_id}: reads for consumers, the rest is admin.
+        # /v1/queues and /v1/queues/{queue_id}: reads for consumers (so they can resolve a
+        # name) and for read-only operators; the rest is admin.
         if depth <= 3:
-            return MESSAGES if method in _READS else ADMIN
-        # /v1/queues/{queue_id}/messages…: the message lifecycle.
+            if method in _LOOKS:
+                return _CONSUMER_READ
+            return _CONSUMER if method == "OPTIONS" else _ADMIN_ONLY
+        # /v1/queues/{queue_id}/messages…: browsing is a look, deleting an operator's
+        # action, everything else the message lifecycle.
         if components[3] == "messages":
-            return MESSAGES
-    # Dead letters, pause/resume/purge, the audit log and any route added later.
-    return ADMIN
+            if method in _LOOKS:
+                return _OPERATOR_READ
+            return _ADMIN_ONLY if method == "DELETE" else _CONSUMER
+    # Any other look: dead letters, consumers, history, the audit log, reads added later.
+    if method in _LOOKS:
+        return _OPERATOR_READ
+    # Queue mutations, dead-letter actions and any route added later.
+    return _ADMIN_ONLY
 
 
-def required_scope(method: str, path: str) -> str | None:
-    """The scope a request needs: ``None`` (open), ``"messages"`` or ``"admin"``.
+def accepted_scopes(method: str, path: str) -> frozenset[str] | None:
+    """The scopes any one of which lets a request through: ``None`` (open), else a set
+    that always holds ``admin``.
 
     Works on a concrete path (``/v1/queues/0189…/messages``) and on a route template
     (``/v1/queues/{queue_id:str}/messages``) alike: a path parameter is one segment either
     way, so a request is classified like the route that serves it.
     """
-    return _scope_of(method.upper(), path_components(path))
+    return _scopes_of(method.upper(), path_components(path))
 
 
-def route_scopes(app: Litestar) -> dict[tuple[str, str], str | None]:
-    """The route→scope table of an app: ``(method, path template) → required scope`` for
+def route_scopes(app: Litestar) -> dict[tuple[str, str], frozenset[str] | None]:
+    """The route→scopes table of an app: ``(method, path template) → accepted scopes`` for
     every registered HTTP route (the ``OPTIONS`` answers included)."""
-    table: dict[tuple[str, str], str | None] = {}
+    table: dict[tuple[str, str], frozenset[str] | None] = {}
     for route in app.routes:
         if isinstance(route, HTTPRoute):
             for method in sorted(route.methods):
-                table[(method, route.path)] = required_scope(method, route.path)
+                table[(method, route.path)] = accepted_scopes(method, route.path)
     return table
 
 
@@ -226,12 +247,23 @@ UNKNOWN: Final = _refusal(
     "The bearer token is not valid.",
     f'{_CHALLENGE}, error="invalid_token"',
 )
-FORBIDDEN: Final = _refusal(
-    403,
-    "forbidden",
-    "This token lacks the admin scope this route needs.",
-    f'{_CHALLENGE}, error="insufficient_scope", scope="{ADMIN}"',
-)
+
+
+def _forbidden(accepted: frozenset[str]) -> _Refusal:
+    names = sorted(accepted)
+    return _refusal(
+        403,
+        "forbidden",
+        f"This route needs a token with the scope {' or '.join(names)}.",
+        f'{_CHALLENGE}, error="insufficient_scope", scope="{" ".join(names)}"',
+    )
+
+
+# One answer per set of accepted scopes (the rule above has four).
+FORBIDDEN: Final = {
+    accepted: _forbidden(accepted)
+    for accepted in (_ADMIN_ONLY, _CONSUMER_READ, _CONSUMER, _OPERATOR_READ)
+}
 
 
 # --- the middleware ---------------------------------------------------------------------
@@ -315,13 +347,14 @@ class AuthMiddleware:
             await self._refuse(scope, send, outcome, components, method)
             return
         name, scopes = outcome
+        accepted = _scopes_of(method, components)
         # An authenticated caller still gets 404/405 for no route, as without auth.
         if (
-            ADMIN not in scopes
-            and _scope_of(method, components) not in scopes
+            accepted is not None
+            and accepted.isdisjoint(scopes)
             and self._template(method, components) is not None
         ):
-            await self._refuse(scope, send, FORBIDDEN, components, method)
+            await self._refuse(scope, send, FORBIDDEN[accepted], components, method)
             return
         state = cast("MutableMapping[str, Any]", scope)
         state[ACTOR_SCOPE_KEY] = name

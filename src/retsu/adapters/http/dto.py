@@ -16,6 +16,7 @@ import msgspec
 from litestar.params import KwargDefinition
 
 from retsu.domain.audit import AuditAction, AuditRecord
+from retsu.domain.browsing import BrowseState, StoredMessage
 from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS
 from retsu.domain.message import (
     DEFAULT_REDRIVE_LIMIT,
@@ -260,6 +261,38 @@ class MessagesOut(msgspec.Struct):
     messages: list[MessageOut]
 
 
+StateName = Annotated[str, KwargDefinition(enum=[s.value for s in BrowseState])]
+
+
+class StoredMessageOut(msgspec.Struct, gc=False):
+    """A live message as an operator sees it (SPEC §3.6): never a receipt handle."""
+
+    id: UUID
+    payload: str
+    priority: PriorityName
+    state: StateName
+    delivery_attempts: int
+    enqueued_at: datetime
+    expires_at: datetime
+    available_at: Annotated[
+        datetime,
+        KwargDefinition(
+            description="When it becomes deliverable: now or past (ready), the lease end "
+            "(in flight), the end of the delay (delayed)."
+        ),
+    ]
+    last_delivered_at: datetime | None
+    redriven_from: Annotated[
+        UUID | None,
+        KwargDefinition(description="The dead letter a redrive made this message from."),
+    ]
+
+
+class StoredMessagesOut(msgspec.Struct):
+    items: list[StoredMessageOut]
+    next_cursor: str | None
+
+
 class StatusOut(msgspec.Struct, gc=False):
     status: str
 
@@ -315,6 +348,23 @@ def dead_letter_out(record: DeadLetter) -> DeadLetterOut:
         ),
         dead_lettered_at=_utc(record.dead_lettered_at),
         reason=record.reason,
+    )
+
+
+def stored_message_out(message: StoredMessage) -> StoredMessageOut:
+    return StoredMessageOut(
+        id=message.id,
+        payload=message.payload,
+        priority=_PRIORITY_NAMES[message.priority],
+        state=message.state.value,
+        delivery_attempts=message.delivery_attempts,
+        enqueued_at=_utc(message.enqueued_at),
+        expires_at=_utc(message.expires_at),
+        available_at=_utc(message.available_at),
+        last_delivered_at=(
+            None if message.last_delivered_at is None else _utc(message.last_delivered_at)
+        ),
+        redriven_from=message.redriven_from,
     )
 
 

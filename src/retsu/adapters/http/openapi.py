@@ -11,7 +11,7 @@ returned Struct. What the contract adds is attached here, once per handler, by
   A route lists its own codes in ``errors=`` (a code, a domain error class or a domain
   ``IntRange``); the structural ones are added from its shape: ``invalid_path`` for a path
   id, each query/header parameter's code, ``invalid_json``/``413``/``415`` with a body,
-  ``401``/``403`` from the auth rule (``auth.required_scope``), ``queue_not_found`` under
+  ``401``/``403`` from the auth rule (``auth.accepted_scopes``), ``queue_not_found`` under
   ``/v1/queues/{queue_id}``, ``503 database_unavailable`` under ``/v1``, ``500`` always;
 * **more successes**: ``replies={status: (Struct | None, description)}``;
 * **headers**: ``x-request-id`` on every response, ``www-authenticate`` on 401,
@@ -56,7 +56,7 @@ from litestar.plugins import OpenAPISchemaPlugin
 from litestar.typing import FieldDefinition
 
 from retsu import __version__
-from retsu.adapters.http.auth import ADMIN, MESSAGES, REALM, required_scope
+from retsu.adapters.http.auth import ADMIN, MESSAGES, READ, REALM, SCOPES, accepted_scopes
 from retsu.adapters.http.problems import MAX_BODY_BYTES, PROBLEM_MEDIA_TYPE, Problem, status_of
 from retsu.adapters.http.request_rules import declared_parameters, parameter_code
 from retsu.domain.errors import RetsuError
@@ -138,10 +138,12 @@ def error_codes(handler: HTTPRouteHandler, dependencies: set[str]) -> dict[int, 
         add(400, "invalid_json")
     for spec in handler.opt.get("errors", ()):
         add(*_status_and_code(spec))
-    scopes = {required_scope(method, path) for method in handler.http_methods}
+    scopes = {accepted_scopes(method, path) for method in handler.http_methods}
     if scopes - {None}:
         add(401, "unauthorized")
-        if ADMIN in scopes:
+        # A token whose scopes the route does not accept (every token, unless the route
+        # takes all three).
+        if any(accepted is not None and accepted != SCOPES for accepted in scopes):
             add(403, "forbidden")
     if path == _QUEUE_ROUTE or path.startswith(_QUEUE_ROUTE + "/"):
         add(404, "queue_not_found")
@@ -182,13 +184,13 @@ def _problem_examples(status: int, codes: list[str]) -> dict[str, Example | Refe
     }
 
 
-def _scope_text(scopes: set[str | None]) -> str:
+def _scope_text(scopes: set[frozenset[str] | None]) -> str:
     if scopes == {None}:
         return "Open: no token needed, even with auth enabled."
-    if ADMIN in scopes:
-        return "Scope: `admin` (with `auth.enabled`)."
-    assert MESSAGES in scopes
-    return "Scope: `messages` or `admin` (with `auth.enabled`)."
+    # What every method of the route accepts (GET and HEAD agree).
+    accepted = frozenset.intersection(*(s for s in scopes if s is not None))
+    names = " or ".join(f"`{name}`" for name in (MESSAGES, READ, ADMIN) if name in accepted)
+    return f"Scope: {names} (with `auth.enabled`)."
 
 
 @dataclass
@@ -262,7 +264,7 @@ def document(handler: HTTPRouteHandler, dependencies: set[str]) -> HTTPRouteHand
         responses[status] = _problem_spec(status, codes)
     handler.responses = responses
     [path, *_] = _paths(handler)
-    scopes = {required_scope(method, path) for method in handler.http_methods}
+    scopes = {accepted_scopes(method, path) for method in handler.http_methods}
     handler.security = [] if scopes == {None} else [{"bearer": []}]
     lines = "; ".join(f"{s}: {', '.join(f'`{c}`' for c in codes)}" for s, codes in errors.items())
     handler.description = "\n\n".join(

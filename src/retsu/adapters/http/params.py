@@ -20,6 +20,7 @@ from litestar.params import PathParameter, QueryParameter
 
 from retsu.adapters.http.request_rules import RequestProblem
 from retsu.domain.audit import AuditAction
+from retsu.domain.browsing import BrowseState
 from retsu.domain.cursor import DEFAULT_LIST_LIMIT, LIST_LIMIT
 
 __all__ = [
@@ -32,9 +33,11 @@ __all__ = [
     "Digits",
     "Limit",
     "MessageId",
+    "PriorityFilter",
     "QueueId",
     "QueueIdFilter",
     "QueueNameFilter",
+    "StateFilter",
     "idempotency_key_of",
 ]
 
@@ -137,5 +140,23 @@ ActionFilter = Annotated[
     QueryParameter(
         schema_extra={"enum": [action.value for action in AuditAction]},
         description="Only the entries of this action. Else `400 invalid_action`.",
+    ),
+]
+# ``state`` is a name Litestar reserves for the app state: the handler's parameter is named
+# otherwise, the query parameter keeps the contract's name.
+StateFilter = Annotated[
+    str | None,
+    QueryParameter(
+        name="state",
+        schema_extra={"enum": [state.value for state in BrowseState]},
+        description="Only the messages in this state (SPEC §3.2 counting rules); absent: every "
+        "live message. Else `400 invalid_state`.",
+    ),
+]
+PriorityFilter = Annotated[
+    str | None,
+    QueryParameter(
+        schema_extra={"enum": ["HIGH", "MEDIUM", "LOW"]},
+        description="Only the messages of this priority. Else `400 invalid_priority`.",
     ),
 ]

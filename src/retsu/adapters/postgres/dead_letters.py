@@ -80,9 +80,9 @@ _REDRIVE_MANY = sa.text(
         JOIN unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS ids(id, n) ON ids.n = numbered.n
         JOIN queue AS q ON q.id = :queue_id
         ORDER BY numbered.n
-        RETURNING id, priority
+        RETURNING id, priority, redriven_from
     )
-    SELECT id, priority FROM stored
+    SELECT id, priority, redriven_from FROM stored
     """
 )
 # ... then, in the same transaction, the redriven messages are counted (counters.py).
@@ -118,9 +118,9 @@ async def _redriven(
     statement: sa.TextClause,
     parameters: dict[str, Any],
     queue_id: UUID,
-) -> int:
-    """Run a redrive statement, then count the messages it stored; how many."""
-    rows = (await connection.execute(statement, parameters)).all()
+) -> list[Any]:
+    """Run a redrive statement, then count the messages it stored; what it stored."""
+    rows = list((await connection.execute(statement, parameters)).all())
     if rows:
         await connection.execute(
             _COUNT_REDRIVEN,
@@ -130,7 +130,7 @@ async def _redriven(
                 "priorities": [row.priority for row in rows],
             },
         )
-    return len(rows)
+    return rows
 
 
 def _dead_letter_from_row(row: Any) -> DeadLetter:
@@ -217,8 +217,12 @@ class PostgresDeadLetters:
 
         async def redrive(connection: AsyncConnection) -> int:
             stored = await _redriven(connection, _REDRIVE_MANY, parameters, queue_id)
-            await connection.execute(audit_insert(audit.with_details(redriven=stored)))
-            return stored
+            # The audit row names both ids of every record moved (SPEC §3.6).
+            pairs = {str(row.redriven_from): str(row.id) for row in stored}
+            await connection.execute(
+                audit_insert(audit.with_details(redriven=len(stored), new_message_ids=pairs))
+            )
+            return len(stored)
 
         return await self._database.yielding(redrive, attempts=OPERATOR_ATTEMPTS)
 

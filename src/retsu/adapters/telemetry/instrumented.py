@@ -33,16 +33,18 @@ from retsu.application.ports import (
     LeaderSession,
     Leadership,
     Maintenance,
+    MessageBrowser,
     MessageRepository,
     QueueRepository,
     QueueStateReader,
 )
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
+from retsu.domain.browsing import BrowseState, MessageBatch, MessagePosition, StoredMessage
 from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
 from retsu.domain.errors import RetsuError, Unavailable
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
-from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Receipt
+from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Priority, Receipt
 from retsu.domain.queue import Queue, QueueSettingsUpdate
 from retsu.domain.state import PriorityState
 
@@ -56,6 +58,7 @@ __all__ = [
     "InstrumentedLeaderSession",
     "InstrumentedLeadership",
     "InstrumentedMaintenance",
+    "InstrumentedMessageBrowser",
     "InstrumentedMessages",
     "InstrumentedQueueState",
     "InstrumentedQueues",
@@ -252,6 +255,35 @@ class InstrumentedMessages:
         self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
     ) -> bool:
         return await self._change_visibility(queue_id, receipt, visibility_timeout_seconds)
+
+
+class InstrumentedMessageBrowser:
+    """MessageBrowser, measured (``list_messages``, ``get_message``, ``delete_message``)."""
+
+    def __init__(self, browser: MessageBrowser, instrumentation: Instrumentation) -> None:
+        wrap = instrumentation.wrap
+        self._list_messages = wrap("list_messages", browser.list_messages)
+        self._get_message = wrap("get_message", browser.get_message)
+        self._delete_message = wrap("delete_message", browser.delete_message)
+
+    async def list_messages(
+        self,
+        queue_id: UUID,
+        *,
+        state: BrowseState | None,
+        priority: Priority | None,
+        limit: int,
+        after: MessagePosition | None,
+    ) -> MessageBatch:
+        return await self._list_messages(
+            queue_id, state=state, priority=priority, limit=limit, after=after
+        )
+
+    async def get_message(self, queue_id: UUID, message_id: UUID) -> StoredMessage | None:
+        return await self._get_message(queue_id, message_id)
+
+    async def delete_message(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
+        return await self._delete_message(queue_id, message_id, audit)
 
 
 class InstrumentedDeadLetters:

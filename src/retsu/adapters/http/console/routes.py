@@ -30,10 +30,13 @@ from retsu.adapters.http.console.gate import (
 )
 from retsu.adapters.http.console.session import ConsoleSessions
 from retsu.application.delete_dead_letter import DeleteDeadLetter, DeleteDeadLetterCommand
+from retsu.application.delete_message import DeleteMessage, DeleteMessageCommand
 from retsu.application.get_dead_letter import GetDeadLetter
+from retsu.application.get_message import GetMessage
 from retsu.application.get_queue import GetQueue, QueueWithStats
 from retsu.application.list_audit_log import ListAuditLog, ListAuditLogQuery
 from retsu.application.list_dead_letters import ListDeadLetters, ListDeadLettersQuery
+from retsu.application.list_messages import ListMessages, ListMessagesQuery
 from retsu.application.list_queues import ListQueues, ListQueuesQuery
 from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
 from retsu.application.purge_queue import PurgeQueue, PurgeQueueCommand
@@ -248,6 +251,96 @@ async def purge(
         )
     purged = await purge_queue(PurgeQueueCommand(queue_id, caller))
     return see_other(ctx, _queue_path(queue_id, notice="purged", n=purged))
+
+
+# -- the message browser (SPEC §3.6) -------------------------------------------------------
+
+STATES: Final = (
+    ("", "All live"),
+    ("ready", "Ready"),
+    ("in_flight", "In flight"),
+    ("delayed", "Delayed"),
+)
+PRIORITIES: Final = ("", "HIGH", "MEDIUM", "LOW")
+
+
+@get("/queues/{queue_id:str}/messages")
+async def messages(
+    ctx: Ctx,
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    list_messages: NamedDependency[ListMessages],
+    state: Text = None,
+    priority: Text = None,
+    cursor: Text = None,
+    notice: Text = None,
+) -> Template:
+    found = await get_queue(queue_id)
+    # An empty filter (the "all" choice of a form) means no filter; anything else is the
+    # use case's to judge (invalid_state, invalid_priority, invalid_cursor).
+    listed = await list_messages(
+        ListMessagesQuery(
+            queue_id=queue_id,
+            state=state or None,
+            priority=priority or None,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
+    )
+    filters = {"state": state or "", "priority": priority or ""}
+    here = _queue_path(queue_id, "/messages", **{k: v for k, v in filters.items() if v})
+    if cursor:
+        here += ("&" if "?" in here else "?") + urlencode({"cursor": cursor})
+    return page(
+        ctx,
+        "messages.html",
+        queue=found.queue,
+        stats=found.stats,
+        items=listed.items,
+        next_cursor=listed.next_cursor,
+        cursor=cursor,
+        state=filters["state"],
+        priority=filters["priority"],
+        filters=filters,
+        states=STATES,
+        priorities=PRIORITIES,
+        here=here,
+        notice=notice_text(notice, None),
+        tab="messages",
+    )
+
+
+@get("/queues/{queue_id:str}/messages/{message_id:str}")
+async def message(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    get_message: NamedDependency[GetMessage],
+) -> Template:
+    found = await get_queue(queue_id)
+    item = await get_message(queue_id, message_id)
+    return page(ctx, "message.html", queue=found.queue, item=item, tab="messages")
+
+
+@post("/queues/{queue_id:str}/messages/{message_id:str}/delete")
+async def delete_message(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    message_id: PathId,
+    delete_message: NamedDependency[DeleteMessage],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await delete_message(
+        DeleteMessageCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+    # Back to the list the delete came from (its filters and page), with the notice.
+    back = safe_next((await request.form()).get("back"))
+    if not back.startswith(_queue_path(queue_id, "/messages")):
+        back = _queue_path(queue_id, "/messages")
+    separator = "&" if "?" in back else "?"
+    return see_other(ctx, f"{back}{separator}notice=message_deleted")
 
 
 # -- dead letters --------------------------------------------------------------------------
@@ -482,6 +575,9 @@ ROUTES = [
     resume,
     confirm_purge,
     purge,
+    messages,
+    message,
+    delete_message,
     dead_letters,
     dead_letter,
     redrive_many,

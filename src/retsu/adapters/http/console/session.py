@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from itsdangerous import BadData, Signer, URLSafeTimedSerializer
 
-from retsu.adapters.http.auth import ADMIN, AuthConfig, TokenTable
+from retsu.adapters.http.auth import ADMIN, READ, AuthConfig, TokenTable
 from retsu.application.ports import ServerSecrets
 from retsu.domain.audit import ANONYMOUS
 
@@ -47,8 +47,7 @@ __all__ = [
 COOKIE_NAME: Final = "retsu_console"
 CSRF_FIELD: Final = "csrf_token"
 SESSION_MAX_AGE_SECONDS: Final = 8 * 3600
-# The scope that lets a token look at everything without changing anything (SPEC §3.5).
-READ: Final = "read"
+
 # A cookie longer than this is not ours (a browser sends up to ~4 KiB per cookie).
 _MAX_COOKIE_LENGTH: Final = 1024
 

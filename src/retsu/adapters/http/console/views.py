@@ -103,7 +103,14 @@ def pretty(payload: str) -> tuple[str, bool]:
 
 def register_filters(environment: Environment) -> None:
     environment.filters.update(
-        number=number, duration=duration, utc=utc, stamp=stamp, iso=iso, ago=ago, preview=preview, short_id=short_id
+        number=number,
+        duration=duration,
+        utc=utc,
+        stamp=stamp,
+        iso=iso,
+        ago=ago,
+        preview=preview,
+        short_id=short_id,
     )
     environment.globals.update(pretty=pretty)
     # Templates are rendered once per request: no template reloading, clean whitespace.
