@@ -257,6 +257,55 @@ async def test_dead_letters_redrive_one_bulk_and_delete(
     assert "dead_letter_not_found" in response.text
 
 
+async def test_the_message_browser_filters_pages_shows_and_deletes(
+    client: Client, new_queue: NewQueue
+) -> None:
+    queue = (await new_queue("browse"))["id"]
+    for n, priority in enumerate(("HIGH", "LOW", "HIGH", "MEDIUM")):
+        body = {"payload": f'{{"n": {n}, "tags": ["a", "b"]}}', "priority": priority}
+        await client.post(f"/v1/queues/{queue}/messages", json=body)
+    await client.post(
+        f"/v1/queues/{queue}/messages",
+        json={"payload": "later", "priority": "LOW", "delay_seconds": 600},
+    )
+    await client.post(f"/v1/queues/{queue}/messages/dequeue")  # the first HIGH: in flight
+
+    base = f"/console/queues/{queue}/messages"
+    every = await client.get(base)
+    assert every.status_code == 200
+    assert every.text.count('class="payload"') == 5
+    ready_high = await client.get(base, params={"state": "ready", "priority": "HIGH"})
+    assert ready_high.text.count('class="payload"') == 1
+    assert "&#34;n&#34;: 2" in ready_high.text
+    delayed = await client.get(base, params={"state": "delayed"})
+    assert delayed.text.count('class="payload"') == 1 and ">later<" in delayed.text
+    assert (await client.get(base, params={"state": "gone"})).status_code == 400
+    assert "invalid_state" in (await client.get(base, params={"state": "gone"})).text
+
+    listed = (await client.get(f"/v1/queues/{queue}/messages?state=ready")).json()["items"]
+    target = listed[0]["id"]
+    detail = await client.get(f"{base}/{target}")
+    assert detail.status_code == 200
+    assert "{\n  &#34;n&#34;: 2,\n  &#34;tags&#34;: [\n    &#34;a&#34;," in detail.text
+
+    back = f"{base}?state=ready"
+    response = await submit(client, f"{base}/{target}/delete", {"back": back}, page=back)
+    assert response.status_code == 303
+    assert response.headers["location"] == f"{back}&notice=message_deleted"
+    gone = await client.get(f"/v1/queues/{queue}/messages/{target}")
+    assert gone.status_code == 404 and gone.json()["code"] == "message_not_found"
+    deleted = await audit(client, "message.deleted")
+    assert [(e["target_id"], e["actor"]) for e in deleted] == [(target, "anonymous")]
+    # The back link cannot lead elsewhere.
+    other = listed[1]["id"]
+    response = await submit(
+        client, f"{base}/{other}/delete", {"back": "https://evil.example/"}, page=base
+    )
+    assert response.headers["location"] == f"{base}?notice=message_deleted"
+    response = await submit(client, f"{base}/{other}/delete", page=base)
+    assert response.status_code == 404 and "message_not_found" in response.text
+
+
 async def test_unknown_things_are_pages_with_the_api_codes(client: Client) -> None:
     response = await client.get(f"/console/queues/{MISSING_ID}")
     assert response.status_code == 404 and "queue_not_found" in response.text
@@ -396,6 +445,7 @@ async def test_a_read_session_sees_everything_and_changes_nothing(auth_client: C
     token = csrf_of(page)
     for path, data in (
         (f"/console/queues/{queue}/pause", {}),
+        (f"/console/queues/{queue}/messages/{MISSING_ID}/delete", {}),
         (f"/console/queues/{queue}/purge", {"confirm_name": "q"}),
         (f"/console/queues/{queue}/settings", {"visibility_timeout_seconds": "9"}),
         (f"/console/queues/{queue}/dead-letters/redrive", {"limit": "5"}),

@@ -57,6 +57,8 @@ Ctx = NamedDependency[ConsoleContext]
 # API's request rules), free text in the query (each use case validates its own).
 PathId = Annotated[UUID, PathParameter()]
 Text = Annotated[str | None, QueryParameter()]
+# ``state`` is a name Litestar keeps for itself: the parameter takes another.
+StateText = Annotated[str | None, QueryParameter(name="state")]
 
 NOTICES: Final = {
     "paused": "Queue paused: consumers get nothing until it is resumed.",
@@ -270,7 +272,7 @@ async def messages(
     queue_id: PathId,
     get_queue: NamedDependency[GetQueue],
     list_messages: NamedDependency[ListMessages],
-    state: Text = None,
+    message_state: StateText = None,
     priority: Text = None,
     cursor: Text = None,
     notice: Text = None,
@@ -281,13 +283,13 @@ async def messages(
     listed = await list_messages(
         ListMessagesQuery(
             queue_id=queue_id,
-            state=state or None,
+            state=message_state or None,
             priority=priority or None,
             limit=PAGE_SIZE,
             cursor=cursor or None,
         )
     )
-    filters = {"state": state or "", "priority": priority or ""}
+    filters = {"state": message_state or "", "priority": priority or ""}
     here = _queue_path(queue_id, "/messages", **{k: v for k, v in filters.items() if v})
     if cursor:
         here += ("&" if "?" in here else "?") + urlencode({"cursor": cursor})
