@@ -586,13 +586,20 @@ async def test_bulk_redrive_moves_the_oldest_first_up_to_the_limit(world: World)
     queue = await world.queue(max_delivery_attempts=1)
     await world.poison(queue, "a", "b")
     await world.poison(queue, "c")
+    oldest = [d.id for d in reversed(world.repository.dead_letters_of(queue.id))][:2]
     moved = await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id, 2, ALICE))
     assert moved == 2
     assert [d.payload for d in world.repository.dead_letters_of(queue.id)] == ["c"]
-    assert [m.payload for m in await world.receive(queue)] == ["a", "b"]
+    delivered = await world.receive(queue)
+    assert [m.payload for m in delivered] == ["a", "b"]
     assert world.events.counts["redriven", "orders"] == 2
     (row,) = await world.audit(action="dead_letter.redriven")
-    assert row.details == {"limit": 2, "redriven": 2}
+    # The bulk row names both ids of every move: dead letter -> the message it became.
+    assert row.details == {
+        "limit": 2,
+        "redriven": 2,
+        "new_message_ids": {str(old): str(m.id) for old, m in zip(oldest, delivered, strict=True)},
+    }
     assert (row.target_type, row.target_id) == ("queue", str(queue.id))
 
 

@@ -3,8 +3,9 @@ directory is not a package, so its modules never clash with the server's).
 
 `target` runs a test twice: against the in-memory fake and against a real `retsu api`
 started for the session on a database of its own. `operator_target` does the same for the
-operator routes still being built on the server (issue 11): the real-server variant is
-expected to fail until they land (strict xfail, so it turns into a failure once they do).
+operator routes still being built on the server (issue 11: consumers and history): the
+real-server variant is expected to fail until they land (strict xfail, so it turns into a
+failure once they do).
 """
 
 from __future__ import annotations

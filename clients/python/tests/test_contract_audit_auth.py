@@ -37,7 +37,7 @@ def test_every_operator_action_is_audited_with_the_token_name(target: Target) ->
     assert {e.target_id for e in entries} == {queue.id}
     assert entries[-1].details["name"] == name
     assert entries[-2].details == {"changes": {"max_delivery_attempts": 3}}
-    assert entries[1].details == {"limit": 5, "redriven": 0}
+    assert entries[1].details == {"limit": 5, "redriven": 0, "new_message_ids": {}}
     assert all(e.request_id for e in entries)
 
 

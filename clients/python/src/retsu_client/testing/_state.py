@@ -639,8 +639,8 @@ class State:
                 queue.dead_letters.values(), key=lambda d: (d.dead_lettered_at, d.order)
             )
             records = oldest_first[:limit]
-            for record in records:
-                self._redrive(queue, record, now)
+            # The audit row names both ids of every record moved (SPEC §3.6).
+            new_ids = {record.id: self._redrive(queue, record, now) for record in records}
             self._audit(
                 caller,
                 now,
@@ -648,7 +648,7 @@ class State:
                 "queue",
                 queue.id,
                 queue.id,
-                {"limit": limit, "redriven": len(records)},
+                {"limit": limit, "redriven": len(records), "new_message_ids": new_ids},
             )
             return len(records)
 
