@@ -20,7 +20,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from retsu.adapters.http.auth import ADMIN, MESSAGES, READ, ApiToken, AuthConfig
-from retsu.adapters.http.console.session import COOKIE_NAME, SESSION_MAX_AGE_SECONDS
+from retsu.adapters.http.console.session import (
+    COOKIE_NAME,
+    SESSION_IDLE_SECONDS,
+    SESSION_MAX_AGE_SECONDS,
+)
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.memory.secrets import RandomServerSecrets
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
@@ -405,7 +409,7 @@ async def test_signing_in_and_out(auth_client: Client) -> None:
     assert response.status_code == 303 and response.headers["location"] == "/console/audit"
     cookie = session_cookie(response).lower()
     assert "httponly" in cookie and "samesite=strict" in cookie and "path=/console" in cookie
-    assert f"max-age={SESSION_MAX_AGE_SECONDS}" in cookie
+    assert f"max-age={SESSION_IDLE_SECONDS}" in cookie
     assert "secure" not in cookie  # plain HTTP here; Secure behind HTTPS
     page = await client.get("/console/")
     assert page.status_code == 200 and "ops-admin" in page.text
@@ -485,11 +489,13 @@ async def test_an_expired_or_tampered_cookie_is_refused(auth_client: Client) -> 
     token = csrf_of(session)
     sid_payload = _session_payload(good)
 
-    expired = _forged_cookie(sid_payload, age_seconds=SESSION_MAX_AGE_SECONDS + 5)
+    idle = _forged_cookie(sid_payload, age_seconds=SESSION_IDLE_SECONDS + 5)
+    too_old = _forged_cookie({**sid_payload, "at": int(time.time()) - SESSION_MAX_AGE_SECONDS - 5})
     fresh = _forged_cookie(sid_payload)
     tampered = good[:-2] + ("AA" if not good.endswith("AA") else "BB")
     other_name = _forged_cookie({**sid_payload, "tok": "ops-viewer"})
-    for cookie in (expired, tampered, other_name):
+    for cookie in (idle, too_old, tampered, other_name):
+        client.cookies.clear()
         client.cookies.set(COOKIE_NAME, cookie, path="/console")
         page = await client.get("/console/")
         assert page.status_code == 303, cookie
@@ -497,8 +503,20 @@ async def test_an_expired_or_tampered_cookie_is_refused(auth_client: Client) -> 
         response = await client.post(f"/console/queues/{queue}/pause", data={"csrf_token": token})
         assert response.status_code in (401, 403), cookie
     # The same payload, signed now with the right key, is accepted: the test forges right.
+    client.cookies.clear()
     client.cookies.set(COOKIE_NAME, fresh, path="/console")
     assert (await client.get("/console/")).status_code == 200
+    # A session in use gets a fresh cookie (its idle clock restarted), at most once a minute.
+    renewed = _forged_cookie(sid_payload, age_seconds=120)
+    client.cookies.clear()
+    client.cookies.set(COOKIE_NAME, renewed, path="/console")
+    response = await client.get("/console/")
+    assert response.status_code == 200
+    value = session_cookie(response).split(";")[0].split("=", 1)[1]
+    assert value != renewed and _session_payload(value) == sid_payload
+    client.cookies.clear()
+    client.cookies.set(COOKIE_NAME, value, path="/console")
+    assert "set-cookie" not in (await client.get("/console/")).headers
     assert (await client.get(f"/v1/queues/{queue}", headers=AS_ADMIN)).json()["paused"] is False
 
 

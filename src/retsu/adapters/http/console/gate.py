@@ -23,7 +23,7 @@ from retsu.adapters.http.caller import ACTOR_SCOPE_KEY
 from retsu.adapters.http.console.session import (
     COOKIE_NAME,
     CSRF_FIELD,
-    SESSION_MAX_AGE_SECONDS,
+    SESSION_IDLE_SECONDS,
     ConsoleSessions,
     Operator,
     Session,
@@ -72,7 +72,7 @@ class ConsoleContext:
             key=COOKIE_NAME,
             value=value,
             path=ROOT,
-            max_age=SESSION_MAX_AGE_SECONDS,
+            max_age=SESSION_IDLE_SECONDS,
             httponly=True,
             samesite="strict",
             secure=self.https,
@@ -138,7 +138,9 @@ def make_gate(
             csrf="",
             https=request.scope.get("scheme") == "https",
         )
-        if session is None:  # none, tampered or expired: a fresh anonymous one
+        if session is None or session.stale:
+            # None, tampered or expired: a fresh anonymous one. In use: its idle clock
+            # starts again (a new cookie, same session).
             ctx.new_cookie = await sessions.dump(ctx.session)
         ctx.csrf = await sessions.csrf_token(ctx.session)
         request.state[_STATE_KEY] = ctx

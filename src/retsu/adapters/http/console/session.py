@@ -9,11 +9,15 @@
   purpose as ``HMAC-SHA256(secret, salt)`` (``key_derivation="hmac"``), with a salt of its
   own for the session, the CSRF tokens and the token fingerprints, so none of these can be
   replayed as another (nor as a cursor signature).
-* A session is good for ``SESSION_MAX_AGE_SECONDS`` after sign-in (the signature carries
-  the time it was issued; an older cookie is refused whatever its cookie expiry says).
-  It also ends when its token is removed from ``auth.tokens`` or given another secret:
-  the fingerprint is checked against the configuration on every request, and the scopes
-  are read from the configuration, never from the cookie.
+* A session ends after ``SESSION_IDLE_SECONDS`` without a request (the signature carries
+  the time the cookie was last issued, and an active session gets a fresh cookie at most
+  once a minute) and at the latest ``SESSION_MAX_AGE_SECONDS`` after sign-in (the sign-in
+  time is part of the signed payload). An older cookie is refused whatever the browser
+  kept. Sign-out replaces the cookie; as nothing is stored on the server, a copy taken
+  before sign-out stays usable until one of those limits (docs/console.md). A session
+  also ends when its token is removed from ``auth.tokens`` or given another secret: the
+  fingerprint is checked against the configuration on every request, and the scopes are
+  read from the configuration, never from the cookie.
 * The CSRF token of a session is a keyed signature of its id (synchronizer token): every
   state-changing form carries it, and it is compared in constant time. An anonymous
   session exists for CSRF alone (auth off, or the sign-in form before signing in): with
@@ -25,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,6 +42,7 @@ from retsu.domain.audit import ANONYMOUS
 __all__ = [
     "COOKIE_NAME",
     "CSRF_FIELD",
+    "SESSION_IDLE_SECONDS",
     "SESSION_MAX_AGE_SECONDS",
     "ConsoleSessions",
     "Operator",
@@ -47,6 +53,9 @@ __all__ = [
 COOKIE_NAME: Final = "retsu_console"
 CSRF_FIELD: Final = "csrf_token"
 SESSION_MAX_AGE_SECONDS: Final = 8 * 3600
+SESSION_IDLE_SECONDS: Final = 30 * 60
+# An active session's cookie is re-issued (its idle clock restarted) at most this often.
+_RENEW_AFTER_SECONDS: Final = 60
 
 # A cookie longer than this is not ours (a browser sends up to ~4 KiB per cookie).
 _MAX_COOKIE_LENGTH: Final = 1024
@@ -61,6 +70,10 @@ class Session:
     sid: str
     token_name: str | None = None  # None: anonymous
     fingerprint: str | None = None
+    # When the session began (Unix seconds): the absolute limit counts from here.
+    started_at: int = 0
+    # Whether its cookie is old enough to be re-issued (the idle clock restarted).
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,28 +147,40 @@ class ConsoleSessions:
             return None
         keys = await self.keys()
         try:
-            data = keys.serializer.loads(cookie, max_age=SESSION_MAX_AGE_SECONDS)
+            data, issued = keys.serializer.loads(
+                cookie, max_age=SESSION_IDLE_SECONDS, return_timestamp=True
+            )
         except BadData:
             return None
         if not isinstance(data, dict):
             return None
         sid, name, fingerprint = data.get("sid"), data.get("tok"), data.get("fp")
-        if not isinstance(sid, str) or not sid:
+        started = data.get("at")
+        now = time.time()
+        if not isinstance(sid, str) or not sid or not isinstance(started, int):
             return None
+        if now - started > SESSION_MAX_AGE_SECONDS:
+            return None
+        stale = now - issued.timestamp() > _RENEW_AFTER_SECONDS
         if name is None:
-            return Session(sid)
+            return Session(sid, started_at=started, stale=stale)
         if not isinstance(name, str) or not isinstance(fingerprint, str):
             return None
-        return Session(sid, name, fingerprint)
+        return Session(sid, name, fingerprint, started_at=started, stale=stale)
 
     async def dump(self, session: Session) -> str:
         keys = await self.keys()
-        data = {"sid": session.sid, "tok": session.token_name, "fp": session.fingerprint}
+        data = {
+            "sid": session.sid,
+            "tok": session.token_name,
+            "fp": session.fingerprint,
+            "at": session.started_at,
+        }
         return str(keys.serializer.dumps(data))
 
     @staticmethod
     def anonymous() -> Session:
-        return Session(secrets.token_urlsafe(18))
+        return Session(secrets.token_urlsafe(18), started_at=int(time.time()))
 
     # -- signing in ------------------------------------------------------------------
 
@@ -167,7 +192,12 @@ class ConsoleSessions:
         if principal is None:
             return None
         name, _ = principal
-        return Session(secrets.token_urlsafe(18), name, keys.fingerprint(secret))
+        return Session(
+            secrets.token_urlsafe(18),
+            name,
+            keys.fingerprint(secret),
+            started_at=int(time.time()),
+        )
 
     def operator(self, session: Session | None) -> Operator | None:
         """Who this session is, or None when auth is on and it is not a signed-in session
