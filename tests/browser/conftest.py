@@ -74,8 +74,9 @@ class ConsoleServer:
         return self.base_url + path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 async def console_database(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    """One database for the browser tests: each module's server uses queues of its own."""
     url = await create_database(postgres_server)
     yield url
     await drop_database(postgres_server, url)

@@ -232,6 +232,46 @@ async def test_pause_resume_and_settings_without_javascript(
     assert updated[0]["details"] == {"changes": {"visibility_timeout_seconds": 45}}
 
 
+async def test_the_message_browser_tabs_filter_page_detail_and_delete(
+    page: Driver, server: ConsoleServer, queues: Queues
+) -> None:
+    _javascript_off(page)
+    page.get(server.url(f"/console/queues/{queues.orders}/messages"))
+    assert len(page.find_elements(By.CSS_SELECTOR, "tbody tr")) >= 13
+    screenshot(page, "messages")
+    _click(page, 'nav[aria-label="State"] a[href*="state=in_flight"]')
+    states = [td.text for td in page.find_elements(By.CSS_SELECTOR, "tbody td:nth-child(3)")]
+    assert states == ["in flight", "in flight"]
+    _click(page, 'nav[aria-label="State"] a[href*="state=ready"]')
+    _click(page, 'nav[aria-label="Priority"] a[href*="priority=MEDIUM"]')
+    rows = page.find_elements(By.CSS_SELECTOR, "tbody tr")
+    priorities = {row.find_element(By.CSS_SELECTOR, "td:nth-child(2)").text for row in rows}
+    assert priorities == {"MEDIUM"} and len(rows) == 4
+    async with server.api() as api:
+        listed = await api.get(
+            f"/v1/queues/{queues.orders}/messages", params={"state": "ready", "priority": "MEDIUM"}
+        )
+    expected = [item["id"] for item in listed.json()["items"]]
+    shown = [
+        a.get_attribute("href").rsplit("/", 1)[1].split("?")[0]
+        for a in page.find_elements(By.CSS_SELECTOR, "tbody td:first-child a")
+    ]
+    assert shown == expected  # the API's order: priority, then enqueue order
+
+    _click(page, "tbody tr:first-child td a")
+    payload = page.find_element(By.CSS_SELECTOR, "pre[data-payload]").text
+    assert payload.startswith('{\n  "order": ')
+    screenshot(page, "message")
+    _click(page, 'form[action$="/delete"] button')
+    assert _notice(page) == "Message deleted."
+    assert "state=ready" in page.current_url and "priority=MEDIUM" in page.current_url
+    async with server.api() as api:
+        gone = await api.get(f"/v1/queues/{queues.orders}/messages/{expected[0]}")
+    assert gone.status_code == 404 and gone.json()["code"] == "message_not_found"
+    deleted = await _audit(server, queues.orders, "message.deleted")
+    assert [(e["target_id"], e["actor"]) for e in deleted] == [(expected[0], "anonymous")]
+
+
 async def test_purge_shows_the_live_count_and_asks_for_the_name(
     page: Driver, server: ConsoleServer, queues: Queues
 ) -> None:

@@ -6,7 +6,6 @@ The real-browser run against a real `retsu` process is tests/browser/.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -15,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 from dependency_injector import providers
-from itsdangerous import URLSafeTimedSerializer
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
@@ -26,6 +24,7 @@ from retsu.adapters.http.console.session import (
     SESSION_MAX_AGE_SECONDS,
 )
 from retsu.entrypoints.containers import ApiContainer
+from tests.support.console_cookies import forge_cookie, read_cookie
 from tests.support.memory.secrets import RandomServerSecrets
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
@@ -463,21 +462,8 @@ async def test_a_read_session_sees_everything_and_changes_nothing(auth_client: C
     assert [e["action"] for e in entries] == ["queue.created"]
 
 
-def _serializer() -> URLSafeTimedSerializer:
-    """The console's own serializer, rebuilt from the server secret (as an attacker who
-    knew it could): what the tests forge with."""
-    return URLSafeTimedSerializer(
-        SERVER_SECRET,
-        salt="retsu.console.session.v1",
-        signer_kwargs={"key_derivation": "hmac", "digest_method": hashlib.sha256},
-    )
-
-
 def _forged_cookie(payload: dict[str, Any], *, age_seconds: float = 0) -> str:
-    serializer = _serializer()
-    signer = serializer.make_signer(serializer.salt)
-    signer.get_timestamp = lambda: int(time.time() - age_seconds)  # type: ignore[method-assign]
-    return signer.sign(serializer.dump_payload(payload)).decode("ascii")
+    return forge_cookie(SERVER_SECRET, payload, age_seconds=age_seconds)
 
 
 async def test_an_expired_or_tampered_cookie_is_refused(auth_client: Client) -> None:
@@ -521,5 +507,4 @@ async def test_an_expired_or_tampered_cookie_is_refused(auth_client: Client) -> 
 
 
 def _session_payload(cookie: str) -> dict[str, Any]:
-    payload: dict[str, Any] = _serializer().loads(cookie)
-    return payload
+    return read_cookie(SERVER_SECRET, cookie)

@@ -312,6 +312,14 @@ async def messages(
     )
 
 
+def _messages_list(queue_id: UUID, back: object) -> str:
+    """The message list to go back to: the one given (filters, page) if it is this queue's
+    list, else the plain list."""
+    target = safe_next(back)
+    plain = _queue_path(queue_id, "/messages")
+    return target if target == plain or target.startswith(plain + "?") else plain
+
+
 @get("/queues/{queue_id:str}/messages/{message_id:str}")
 async def message(
     ctx: Ctx,
@@ -319,10 +327,18 @@ async def message(
     message_id: PathId,
     get_queue: NamedDependency[GetQueue],
     get_message: NamedDependency[GetMessage],
+    back: Text = None,
 ) -> Template:
     found = await get_queue(queue_id)
     item = await get_message(queue_id, message_id)
-    return page(ctx, "message.html", queue=found.queue, item=item, tab="messages")
+    return page(
+        ctx,
+        "message.html",
+        queue=found.queue,
+        item=item,
+        back=_messages_list(queue_id, back),
+        tab="messages",
+    )
 
 
 @post("/queues/{queue_id:str}/messages/{message_id:str}/delete")
@@ -338,9 +354,7 @@ async def delete_message(
         DeleteMessageCommand(queue_id=queue_id, message_id=message_id, caller=caller)
     )
     # Back to the list the delete came from (its filters and page), with the notice.
-    back = safe_next((await request.form()).get("back"))
-    if not back.startswith(_queue_path(queue_id, "/messages")):
-        back = _queue_path(queue_id, "/messages")
+    back = _messages_list(queue_id, (await request.form()).get("back"))
     separator = "&" if "?" in back else "?"
     return see_other(ctx, f"{back}{separator}notice=message_deleted")
 
