@@ -75,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_REDIS_URL})",
     )
     parser.add_argument(
+        "--pgbouncer",
+        metavar="URL",
+        help="Retsu's database.url through this running PgBouncer (transaction mode, "
+        "forwarding every database to --database-url's server, e.g. "
+        "postgresql://postgres@127.0.0.1:6432); database.session_url stays direct "
+        "(docs/performance.md, 'Behind PgBouncer')",
+    )
+    parser.add_argument(
         "--connect-burst",
         action="store_true",
         help="open Retsu's client connections all at once instead of 1 ms apart (shows how "
@@ -168,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pgq_consumers=args.pgq_consumers,
         redis_url=redis_url,
         connect_burst=args.connect_burst,
+        pgbouncer_url=args.pgbouncer,
         systems=args.systems,
         scenarios=args.scenarios,
         config=config_from(args),

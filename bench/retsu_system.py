@@ -253,12 +253,25 @@ class RetsuSystem:
         max_connections: int,
         redis_url: str | None = None,
         connect_burst: bool = False,
+        pgbouncer_url: str | None = None,
     ) -> None:
         self.connect_burst = connect_burst
-        self.name = f"Retsu HTTP ({workers} proc{', Redis' if redis_url else ''})"
+        via = ", PgBouncer" if pgbouncer_url else ""
+        self.name = f"Retsu HTTP ({workers} proc{', Redis' if redis_url else ''}{via})"
         self.database_url = database_url
+        api_url, extra_env = database_url, {}
+        if pgbouncer_url is not None:
+            # The same database through the pooler; what needs a session stays direct
+            # (database.pooler: auto resolves to transaction).
+            database = urlsplit(database_url).path
+            api_url = urlsplit(pgbouncer_url)._replace(path=database).geturl()
+            extra_env = {"RETSU_DATABASE__SESSION_URL": database_url}
         self.api = RetsuApi(
-            database_url, workers=workers, max_connections=max_connections, redis_url=redis_url
+            api_url,
+            workers=workers,
+            max_connections=max_connections,
+            redis_url=redis_url,
+            extra_env=extra_env,
         )
         self.payload = payload()
         self.queue_id: uuid.UUID | None = None

@@ -29,6 +29,7 @@ class Options:
     pgq_consumers: int = 5
     redis_url: str | None = None
     connect_burst: bool = False
+    pgbouncer_url: str | None = None  # Retsu's database.url through it (its own URL)
     systems: tuple[str, ...] = ("retsu", "floor", "pgqueuer")
     scenarios: tuple[str, ...] = scenarios.SCENARIOS
     config: Config = field(default_factory=Config)
@@ -131,6 +132,7 @@ async def run(options: Options) -> RunOutcome:
                 max_connections=options.db_connections,
                 redis_url=options.redis_url,
                 connect_burst=options.connect_burst,
+                pgbouncer_url=options.pgbouncer_url,
             )
             systems.append(retsu)
             await retsu.start()

@@ -20,18 +20,22 @@ from prometheus_client.parser import text_string_to_metric_families
 
 PRIORITY_NAMES = {3: "HIGH", 2: "MEDIUM", 1: "LOW"}
 
+# Physical states (migration 0005): 1 READY, 2 IN_FLIGHT (an elapsed lease stays 2),
+# 3 DELAYED (inside its first delay; an ended delay stays 3 until a claim moves it).
 TRUTH = """
 SELECT p.priority,
   (SELECT count(*) FROM queue_message m
     WHERE m.queue_id = $1 AND m.priority = p.priority AND m.expires_at > now()
-      AND m.available_after <= now()
-      AND (m.state = 1 OR m.delivery_attempts < q.max_delivery_attempts)) AS ready,
+      AND ((m.state = 1 AND m.delivery_attempts < q.max_delivery_attempts)
+        OR (m.state = 2 AND m.available_after <= now()
+            AND m.delivery_attempts < q.max_delivery_attempts)
+        OR (m.state = 3 AND m.available_after <= now()))) AS ready,
   (SELECT count(*) FROM queue_message m
     WHERE m.queue_id = $1 AND m.priority = p.priority AND m.state = 2
       AND m.available_after > now()) AS in_flight,
   (SELECT count(*) FROM queue_message m
-    WHERE m.queue_id = $1 AND m.priority = p.priority AND m.state = 1
-      AND m.delivery_attempts = 0 AND m.available_after > now()) AS delayed,
+    WHERE m.queue_id = $1 AND m.priority = p.priority AND m.state = 3
+      AND m.available_after > now()) AS delayed,
   (SELECT count(*) FROM queue_dead_letter_message d
     WHERE d.queue_id = $1 AND d.priority = p.priority) AS dead_letters
 FROM queue q CROSS JOIN (VALUES (1::smallint), (2::smallint), (3::smallint)) AS p(priority)

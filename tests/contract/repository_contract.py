@@ -51,6 +51,7 @@ from retsu.domain.message import (
 )
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 from retsu.domain.state import PriorityState
+from tests.contract.observed_contract import ObservedContract
 
 # Slack for adapters whose clock keeps running while a test runs (PostgreSQL's now()).
 CLOCK_SLACK = timedelta(seconds=5)
@@ -458,8 +459,9 @@ class MessageBrowsingContract:
         assert latest.details["redriven"] == 2
 
 
-class RepositoryContract(MessageBrowsingContract):
-    """The behaviour every repository adapter must share."""
+class RepositoryContract(MessageBrowsingContract, ObservedContract):
+    """The behaviour every repository adapter must share (consumers and history:
+    ``observed_contract.py``)."""
 
     KNOWN_GAPS: ClassVar[dict[str, str]] = {}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import datetime
 from uuid import UUID
 
 import pytest
@@ -61,6 +62,12 @@ _SHIFT_IDEMPOTENCY_KEYS = sa.text(
     WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
     """
 )
+_SHIFT_HISTORY = sa.text(
+    """
+    UPDATE queue_history SET at = at - make_interval(secs => :seconds)
+    WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
+    """
+)
 _DEAD_LETTERS = sa.text(
     """
     SELECT id, queue_id, payload, priority, delivery_attempts, enqueued_at,
@@ -98,6 +105,12 @@ class PostgresHarness(PostgresStorage):
             await connection.execute(_SHIFT_MESSAGES, parameters)
             await connection.execute(_SHIFT_DEAD_LETTERS, parameters)
             await connection.execute(_SHIFT_IDEMPOTENCY_KEYS, parameters)
+            await connection.execute(_SHIFT_HISTORY, parameters)
+
+    async def now(self) -> datetime:
+        async with self.engine.connect() as connection:
+            moment: datetime = (await connection.execute(sa.text("SELECT now()"))).scalar_one()
+        return moment
 
     async def dead_letter_records(self, queue_id: UUID) -> list[DeadLetter]:
         async with self.engine.connect() as connection:

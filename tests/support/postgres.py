@@ -14,8 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
 from retsu.adapters.postgres.browsing import PostgresMessageBrowser
+from retsu.adapters.postgres.consumers import PostgresConsumers
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
+from retsu.adapters.postgres.history import PostgresHistory
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.messages import PostgresMessages
@@ -37,6 +39,8 @@ class PostgresStorage:
         self.leadership = AdvisoryLockLeadership(self.database)
         self.secrets = PostgresServerSecrets(self.database)
         self.browser = PostgresMessageBrowser(self.database)
+        self.consumers = PostgresConsumers(self.database)
+        self.history = PostgresHistory(self.database)
 
 
 def _migration(revision: str) -> ModuleType:

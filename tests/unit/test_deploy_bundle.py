@@ -318,13 +318,16 @@ def test_compose_gives_the_api_time_to_finish_before_it_is_killed(tmp_path: Path
         assert grace > settings.worker.shutdown_timeout_seconds, name
 
 
-def test_what_needs_a_session_bypasses_the_transaction_pooler() -> None:
+def test_what_needs_a_session_bypasses_the_transaction_pooler(tmp_path: Path) -> None:
     pooled = {"api", "worker:expired-message-cleaner", "worker:dead-letter-message-cleaner"}
     for name, service in retsu_services().items():
         role = retsu_roles()[name]
         environment = service_environment(service)
         host = urlsplit(environment["RETSU_DATABASE__URL"]).hostname
         assert host == ("pgbouncer" if role in pooled else "postgres"), f"{name}: {host}"
+        # Told what database.url leads to: no session setting, no cached statement there.
+        settings = assert_settings_load(environment, name, tmp_path)
+        assert settings.database.transaction_pooler is (role in pooled), name
         if role == "api":
             session = urlsplit(environment["RETSU_DATABASE__SESSION_URL"]).hostname
             assert session == "postgres", name
@@ -565,7 +568,7 @@ def test_pods_stop_gracefully_unprivileged_and_within_their_resources(tmp_path: 
             assert grace > pause + settings.worker.shutdown_timeout_seconds, name
 
 
-def test_what_needs_a_session_bypasses_the_pooler_in_kubernetes() -> None:
+def test_what_needs_a_session_bypasses_the_pooler_in_kubernetes(tmp_path: Path) -> None:
     pooler = named("Service", "retsu-pgbouncer")
     pooled = {"api", "worker:expired-message-cleaner", "worker:dead-letter-message-cleaner"}
     for workload, _, container in retsu_containers():
@@ -573,6 +576,8 @@ def test_what_needs_a_session_bypasses_the_pooler_in_kubernetes() -> None:
         environment = container_environment(container)
         host = urlsplit(environment["RETSU_DATABASE__URL"]).hostname
         name = workload["metadata"]["name"]
+        settings = assert_settings_load(environment, name, tmp_path)
+        assert settings.database.transaction_pooler is (role in pooled), name
         if role in pooled:
             assert host == pooler["metadata"]["name"], name
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 import pytest
@@ -22,6 +23,10 @@ class MemoryHarness:
         self.audit_log = self.state = self.maintenance = self.repository
         self.browser = self.repository
         self.leadership = InMemoryLeadership(InMemoryLock(), self.repository)
+        self.consumers = self.history = self.repository
+
+    async def now(self) -> datetime:
+        return self.clock.now()
 
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)

@@ -45,6 +45,7 @@ TABLE_DEFAULTS: dict[str, Any] = {
     "cache.distributed.command_timeout_milliseconds": 20,
     "database.url": None,
     "database.session_url": None,
+    "database.pooler": "auto",
     "database.max_connections": 10,
     "database.acquire_timeout_seconds": 5,
     "worker.shutdown_timeout_seconds": 30,

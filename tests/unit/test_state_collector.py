@@ -424,3 +424,32 @@ def test_queues_past_the_label_budget_are_summed_under_overflow() -> None:
     assert sample("queue_messages_ready", overflow) == 5  # counts add up
     assert sample("queue_oldest_ready_message_age_seconds", overflow) == 5  # ages take the max
     assert sample("queue_messages_in_flight", overflow) == 2
+
+
+async def test_every_refresh_stores_a_history_snapshot_per_queue(world: World) -> None:
+    queue = await world.queue("orders")
+    await world.send(queue, Priority.HIGH, 2)
+    collector, _, _, sleeper = world.collector(stop_after=3, clock=world.clock)
+    sleeper.on_sleep = lambda _: None
+
+    await collector.run()
+
+    points = await world.repository.read_history(
+        queue.id, since=world.clock.now() - timedelta(hours=1), bucket_seconds=1
+    )
+    assert [(p.ready, p.counts.enqueued) for p in points] == [(2, 2), (2, 0), (2, 0)]
+    assert [b.at - a.at for a, b in itertools.pairwise(points)] == [timedelta(seconds=15)] * 2
+
+
+async def test_a_failed_history_write_is_a_failed_refresh(world: World) -> None:
+    await world.queue("orders")
+    collector, _, snapshots, _sleeper = world.collector(stop_after=3, clock=world.clock)
+
+    async def failing(state: object) -> None:
+        raise RuntimeError("the history insert failed")
+
+    world.repository.record_history = failing  # type: ignore[method-assign, assignment]
+    with pytest.raises(RuntimeError):
+        await collector.run()
+    assert snapshots.outcomes == ["failure"]
+    assert "publish" not in snapshots.events  # nothing half-done is exported

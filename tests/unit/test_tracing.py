@@ -439,6 +439,9 @@ class _Session:
     async def read_state(self) -> list[Any]:
         return []
 
+    async def record_history(self, state: Any) -> None:
+        return None
+
     async def release(self) -> None:
         return None
 
@@ -457,12 +460,13 @@ async def test_leadership_and_its_session_are_measured() -> None:
     assert await InstrumentedLeadership(_Leadership(None), instrumentation).try_acquire() is None
     session = await InstrumentedLeadership(_Leadership(_Session()), instrumentation).try_acquire()
     assert session is not None
-    await session.read_state()
+    await session.record_history(await session.read_state())
     await session.release()
     text = own_metrics.render()[0].decode()
     for operation, count in [
         ("acquire_leadership", 2),
         ("read_state", 1),
+        ("record_history", 1),
         ("release_leadership", 1),
     ]:
         line = (

@@ -32,7 +32,6 @@ from retsu_client.testing import FAKE_URL, Clock, FakeRetsu, FakeToken, ManualCl
 CLIENT_SRC = Path(__file__).resolve().parents[1] / "src"
 RETSU = [sys.executable, "-m", "retsu.entrypoints.cli"]
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
-OPERATOR_API_PENDING = "server operator API (issue 11) not merged yet"
 
 ADMIN, MESSAGES, READ = "admin-secret", "messages-secret", "read-secret"
 TOKENS = {"admin": ADMIN, "messages": MESSAGES, "read": READ}

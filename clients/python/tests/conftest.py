@@ -2,10 +2,7 @@
 directory is not a package, so its modules never clash with the server's).
 
 `target` runs a test twice: against the in-memory fake and against a real `retsu api`
-started for the session on a database of its own. `operator_target` does the same for the
-operator routes still being built on the server (issue 11: consumers and history): the
-real-server variant is expected to fail until they land (strict xfail, so it turns into a
-failure once they do).
+started for the session on a database of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from client_support import (
-    OPERATOR_API_PENDING,
     RealServer,
     Target,
     fake_target,
@@ -63,14 +59,6 @@ def _target(request: pytest.FixtureRequest) -> Iterator[Target]:
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real_server)])
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    yield from _target(request)
-
-
-_PENDING = pytest.mark.xfail(strict=True, reason=OPERATOR_API_PENDING)
-
-
-@pytest.fixture(params=["fake", pytest.param("real", marks=[pytest.mark.real_server, _PENDING])])
-def operator_target(request: pytest.FixtureRequest) -> Iterator[Target]:
     yield from _target(request)
 
 

@@ -1,7 +1,5 @@
 """Operator routes of SPEC §3.6 (browsing), §3.7 (consumers), §3.8 (history) and the `read`
-scope, written from the spec and run against the fake and a real server. Browsing and the
-`read` scope have landed on the server (`target`); consumers and history run against the
-real server as strict xfail until they land too (`operator_target`)."""
+scope, written from the spec and run against the fake and a real server."""
 
 from __future__ import annotations
 
@@ -119,8 +117,8 @@ def test_browse_filters_are_validated(target: Target) -> None:
         retsu.list_messages(name, state="sleeping")
 
 
-def test_consumers_are_seen_on_every_dequeue(operator_target: Target) -> None:
-    retsu = operator_target.client()
+def test_consumers_are_seen_on_every_dequeue(target: Target) -> None:
+    retsu = target.client()
     queue = retsu.create_queue(unique("consumed"))
     retsu.enqueue_batch(queue.name, ["a", "b"])
     consumer = f"billing-{unique()}"
@@ -131,7 +129,7 @@ def test_consumers_are_seen_on_every_dequeue(operator_target: Target) -> None:
     def seen() -> list[Consumer]:
         return [c for c in retsu.iter_consumers(queue=queue.name) if c.name == consumer]
 
-    (found,) = operator_target.eventually(seen, timeout=8)
+    (found,) = target.eventually(seen, timeout=8)
     assert (found.queue_id, found.queue_name, found.deliveries) == (queue.id, queue.name, 2)
     assert found.health is ConsumerHealth.HEALTHY
     assert found.first_seen_at <= found.last_seen_at
@@ -139,8 +137,8 @@ def test_consumers_are_seen_on_every_dequeue(operator_target: Target) -> None:
     assert consumer in [c.name for c in healthy]
 
 
-def test_consumer_names_and_health_filters_are_validated(operator_target: Target) -> None:
-    retsu = operator_target.client()
+def test_consumer_names_and_health_filters_are_validated(target: Target) -> None:
+    retsu = target.client()
     name = retsu.create_queue(unique()).name
 
     with pytest.raises(InvalidConsumer):
@@ -149,12 +147,10 @@ def test_consumer_names_and_health_filters_are_validated(operator_target: Target
         retsu.list_consumers(health="sleepy")
 
 
-def test_history_counts_what_happened(
-    operator_target: Target, request: pytest.FixtureRequest
-) -> None:
-    if operator_target.server is not None:
+def test_history_counts_what_happened(target: Target, request: pytest.FixtureRequest) -> None:
+    if target.server is not None:
         request.getfixturevalue("real_collector")  # snapshots come from the collector
-    retsu = operator_target.client()
+    retsu = target.client()
     name = retsu.create_queue(unique("history")).name
     retsu.enqueue_batch(name, ["a", "b", "c"])
     message = retsu.dequeue(name)
@@ -169,7 +165,7 @@ def test_history_counts_what_happened(
             and sum(p.acknowledged for p in points) == 1
         )
 
-    operator_target.eventually(counted, timeout=20, step=1)
+    target.eventually(counted, timeout=20, step=1)
     history = retsu.queue_history(name)
     assert history.interval_seconds > 0
     assert history.points[-1].ready == 2

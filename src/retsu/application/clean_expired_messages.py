@@ -2,8 +2,10 @@
 
 A batch is two bounded statements: up to ``batch_size`` expired messages (an
 in-flight one only once its lease has also ended), then up to ``batch_size``
-Idempotency-Keys older than 24 h. The batch counts as full when either came back
-full, so the worker goes on at once while either backlog remains.
+Idempotency-Keys older than 24 h; then up to ``batch_size`` consumers not seen for 24 h
+(SPEC §3.7) and up to ``batch_size`` queue-history snapshots older than 7 days (SPEC §3.8).
+The batch counts as full when any came back full, so the worker goes on at once while a
+backlog remains.
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from __future__ import annotations
 import logging
 
 from retsu.application.batch_worker import BatchResult
-from retsu.application.ports import IdempotencyKeyMaintenance, MaintenanceEvents, MessageMaintenance
+from retsu.application.ports import (
+    ConsumerMaintenance,
+    HistoryMaintenance,
+    IdempotencyKeyMaintenance,
+    MaintenanceEvents,
+    MessageMaintenance,
+)
+from retsu.domain.consumer import CONSUMER_RETENTION_SECONDS
+from retsu.domain.history import HISTORY_RETENTION_SECONDS
 from retsu.domain.maintenance import IDEMPOTENCY_KEY_RETENTION_SECONDS
 
 log = logging.getLogger("retsu.worker.expired_message_cleaner")
@@ -24,11 +34,15 @@ class CleanExpiredMessages:
         events: MaintenanceEvents,
         idempotency_keys: IdempotencyKeyMaintenance | None = None,
         idempotency_key_retention_seconds: int = IDEMPOTENCY_KEY_RETENTION_SECONDS,
+        consumers: ConsumerMaintenance | None = None,
+        history: HistoryMaintenance | None = None,
     ) -> None:
         self._maintenance = maintenance
         self._events = events
         self._idempotency_keys = idempotency_keys
         self._key_retention_seconds = idempotency_key_retention_seconds
+        self._consumers = consumers
+        self._history = history
 
     async def __call__(self, batch_size: int) -> BatchResult:
         """Delete one batch; returns how many rows it removed and whether it was full."""
@@ -44,6 +58,18 @@ class CleanExpiredMessages:
             )
             if keys:
                 log.info("forgot %d idempotency keys older than 24 h", keys)
+        consumers = snapshots = 0
+        if self._consumers is not None:
+            consumers = await self._consumers.delete_consumers_not_seen_for(
+                CONSUMER_RETENTION_SECONDS, batch_size
+            )
+            if consumers:
+                log.info("forgot %d consumers not seen for 24 h", consumers)
+        if self._history is not None:
+            snapshots = await self._history.delete_history_older_than(
+                HISTORY_RETENTION_SECONDS, batch_size
+            )
         return BatchResult(
-            removed=messages + keys, full=messages >= batch_size or keys >= batch_size
+            removed=messages + keys + consumers + snapshots,
+            full=max(messages, keys, consumers, snapshots) >= batch_size,
         )

@@ -15,6 +15,11 @@ lost), or the end of the wait — and claim again. An idle waiter therefore cost
 claim query a second and holds no database connection between claims; a paused queue's
 claim is one primary-key read. On shutdown the signals close: every waiting poll answers
 empty at once.
+
+A dequeue that names its consumer (``consumer``) is reported to the consumer tracker after
+every claim (the first one is the request's start; the messages handed over are counted)
+and once more when a long poll ends empty: a dictionary update, never a database write
+(``track_consumers.py``). A dequeue of a queue that does not exist is not reported.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from retsu.application.ports import MessageRepository, MessageSignals, QueueEvents, QueueNames
+from retsu.application.track_consumers import ConsumerTracker
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.message import DEAD_LETTER_BATCH_SIZE, DeliveredMessage, DequeueResult
 
@@ -40,6 +46,8 @@ MIN_WAIT_SECONDS = 0.01
 class DequeueCommand:
     queue_id: UUID
     options: DequeueOptions = field(default_factory=DequeueOptions)
+    # The Retsu-Consumer name, already checked (domain.consumer.parse_consumer_name).
+    consumer: str | None = None
 
 
 class _SleepingWatch:
@@ -80,6 +88,7 @@ class Dequeue:
         events: QueueEvents,
         *,
         signals: MessageSignals | None = None,
+        consumers: ConsumerTracker | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._messages = messages
@@ -87,18 +96,29 @@ class Dequeue:
         self._events = events
         self._signals: MessageSignals = signals if signals is not None else _NoSignals()
         self._monotonic = monotonic
+        self._consumers = consumers
 
     async def __call__(self, cmd: DequeueCommand) -> list[DeliveredMessage]:
+        consumer = cmd.consumer if self._consumers is not None else None
         if cmd.options.wait_seconds <= 0 or self._signals.closed:
-            return (await self._claim(cmd.queue_id, cmd.options)).messages
-        return await self._long_poll(cmd.queue_id, cmd.options)
+            return (await self._claim(cmd.queue_id, cmd.options, consumer)).messages
+        messages = await self._long_poll(cmd.queue_id, cmd.options, consumer)
+        if consumer is not None and not messages:
+            self._seen(cmd.queue_id, consumer, 0)  # the end of an empty long poll
+        return messages
 
-    async def _long_poll(self, queue_id: UUID, options: DequeueOptions) -> list[DeliveredMessage]:
+    def _seen(self, queue_id: UUID, consumer: str, deliveries: int) -> None:
+        assert self._consumers is not None
+        self._consumers.seen(queue_id, consumer, deliveries)
+
+    async def _long_poll(
+        self, queue_id: UUID, options: DequeueOptions, consumer: str | None
+    ) -> list[DeliveredMessage]:
         deadline = self._monotonic() + options.wait_seconds
         # Registered before the first claim: a signal from now on is kept.
         with self._signals.watch(queue_id) as watch:
             while True:
-                result = await self._claim(queue_id, options)
+                result = await self._claim(queue_id, options, consumer)
                 if result.messages:
                     return result.messages
                 remaining = deadline - self._monotonic()
@@ -111,13 +131,17 @@ class Dequeue:
                 if self._signals.closed:
                     return []  # shutdown: answer empty at once, no further claim
 
-    async def _claim(self, queue_id: UUID, options: DequeueOptions) -> DequeueResult:
+    async def _claim(
+        self, queue_id: UUID, options: DequeueOptions, consumer: str | None
+    ) -> DequeueResult:
         result = await self._messages.dequeue(
             queue_id,
             limit=options.limit,
             visibility_timeout_seconds=options.visibility_timeout_seconds,
             dead_letter_batch_size=DEAD_LETTER_BATCH_SIZE,
         )
+        if consumer is not None:
+            self._seen(queue_id, consumer, len(result.messages))
         if result.dead_lettered:
             self._events.dead_lettered(await self._names.name_of(queue_id), result.dead_lettered)
         return result

@@ -13,7 +13,9 @@ from uuid import UUID
 
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
 from retsu.domain.browsing import BrowseState, MessageBatch, MessagePosition, StoredMessage
+from retsu.domain.consumer import ConsumerPosition, ConsumerRecord, ConsumerSighting, SeenBetween
 from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.history import HistoryPoint
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
 from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Priority, Receipt
@@ -308,6 +310,14 @@ class LeaderSession(Protocol):
         that failed on a live session."""
         ...
 
+    async def record_history(self, state: Sequence[PriorityState]) -> None:
+        """Store one history snapshot per queue of ``state`` (what ``read_state`` just
+        returned; SPEC §3.8), in one transaction on the leader's session: its depth, and
+        the interval counts since the queue's previous snapshot taken from the cumulative
+        counters at this moment. Queues deleted meanwhile are left out. Raises like
+        ``read_state``."""
+        ...
+
     async def release(self) -> None:
         """End leadership: close the session (never hand it back to a pool)."""
         ...
@@ -369,3 +379,59 @@ class MessageSignals(Protocol):
     def close(self) -> None:
         """Wake every waiter and make every later wait return at once (shutdown)."""
         ...
+
+
+# -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --------------------------------
+
+
+class ConsumerStore(Protocol):
+    """What API processes saw of named consumers, written coalesced."""
+
+    async def record_consumers(self, sightings: Sequence[ConsumerSighting]) -> None:
+        """Merge every sighting in one statement: the earliest first_seen_at, the latest
+        last_seen_at, deliveries added. Sightings of queues that are gone are dropped."""
+        ...
+
+    async def list_consumers(
+        self,
+        *,
+        limit: int,
+        after: ConsumerPosition | None,
+        queue_id: UUID | None,
+        seen: SeenBetween,
+    ) -> list[ConsumerRecord]:
+        """Up to ``limit`` consumers whose last_seen_at is within ``seen``, most recently
+        seen first (last_seen_at descending, then queue id and name), after ``after``."""
+        ...
+
+
+class ConsumerMaintenance(Protocol):
+    async def delete_consumers_not_seen_for(self, age_seconds: int, batch_size: int) -> int:
+        """Delete up to ``batch_size`` consumers last seen more than ``age_seconds`` ago;
+        how many."""
+        ...
+
+
+class QueueHistoryReader(Protocol):
+    async def read_history(
+        self, queue_id: UUID, *, since: datetime, bucket_seconds: int
+    ) -> list[HistoryPoint]:
+        """The queue's snapshots taken at or after ``since``, oldest first, summed into
+        epoch-aligned buckets of ``bucket_seconds`` (``domain.history.downsample``)."""
+        ...
+
+
+class HistoryMaintenance(Protocol):
+    async def delete_history_older_than(self, age_seconds: int, batch_size: int) -> int:
+        """Delete up to ``batch_size`` snapshots taken more than ``age_seconds`` ago."""
+        ...
+
+
+class ConsumerEvents(Protocol):
+    """What the consumer tracker reports about itself (metrics)."""
+
+    def consumer_sightings_dropped(self, count: int = 1) -> None:
+        """Sightings not kept: the tracker was full (new consumers beyond its bound)."""
+        ...
+
+    def consumer_flush_finished(self, outcome: str, entries: int) -> None: ...

@@ -2,12 +2,15 @@
 
 Standbys try for leadership every retry interval and never wait on a lock. The
 leader refreshes at once, then every collection interval, through the session
-that holds leadership. SPEC §5 tells apart how a refresh can fail:
+that holds leadership; each refresh reads every queue's state, stores one history
+snapshot per queue (SPEC §3.8) and publishes the state as gauges.
+SPEC §5 tells apart how a refresh can fail:
 
 * the leader's session is gone (``LeadershipLost``: killed, the database restarted):
   leadership ended with it. The collector stops exporting state, keeps running, and
   competes again at its retry interval — like a standby.
-* it failed on a live session (a query error, no answer within the refresh timeout):
+* it failed on a live session (a query error, no answer within the refresh timeout; the
+  history write included):
   the process exits non-zero (raised to the runner), so a stale leader never keeps
   exporting gauges while another takes over.
 
@@ -134,6 +137,8 @@ class StateMetricsCollector:
         try:
             async with asyncio.timeout(self._schedule.refresh_timeout):
                 state = await session.read_state()
+                # SPEC §3.8: the leader also stores one history snapshot per queue.
+                await session.record_history(state)
         except LeadershipLost:
             self._snapshots.collection_finished(FAILURE, time.perf_counter() - started)
             raise

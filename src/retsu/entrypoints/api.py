@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from retsu.adapters.system import StopAwareSleeper
 from retsu.entrypoints import serving
 from retsu.entrypoints.containers import ApiContainer
-from retsu.entrypoints.database import ensure_database_ready
+from retsu.entrypoints.database import ensure_database_ready, session_url
 from retsu.entrypoints.settings import Settings
 from retsu.entrypoints.worker import Worker
 
@@ -39,6 +39,9 @@ async def run_api(
 ) -> int:
     """Serve until SIGTERM/SIGINT. ``workers`` run beside the server (`retsu dev`);
     ``on_listening`` is called once the server accepts requests."""
+    # Long polling's LISTEN connection needs a session (refused behind a transaction
+    # pooler without database.session_url).
+    session_url(settings.database, "long polling (LISTEN)")
     container = container or ApiContainer(settings=settings)
     engine = container.storage.engine()
     if sockets is None:  # before any database work: a port in use fails at once

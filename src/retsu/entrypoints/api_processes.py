@@ -111,7 +111,11 @@ def run_api_processes(settings: Settings, count: int) -> int:
 
     async def check() -> None:
         assert settings.database.url is not None
-        engine = create_engine(settings.database.url, max_connections=1)
+        engine = create_engine(
+            settings.database.url,
+            max_connections=1,
+            transaction_pooler=settings.database.transaction_pooler,
+        )
         try:
             await ensure_database_ready(
                 engine, timeout_seconds=settings.database.acquire_timeout_seconds

@@ -26,9 +26,11 @@ from retsu.adapters.http.console import ConsoleConfig
 from retsu.adapters.http.management import create_management_app
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
 from retsu.adapters.postgres.browsing import PostgresMessageBrowser
+from retsu.adapters.postgres.consumers import PostgresConsumers
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
 from retsu.adapters.postgres.engine import check_database, create_engine
+from retsu.adapters.postgres.history import PostgresHistory
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.messages import PostgresMessages
@@ -40,7 +42,9 @@ from retsu.adapters.system import StopAwareSleeper, SystemClock, Uuid7Generator
 from retsu.adapters.telemetry.instrumented import (
     Instrumentation,
     InstrumentedAuditLog,
+    InstrumentedConsumers,
     InstrumentedDeadLetters,
+    InstrumentedHistory,
     InstrumentedLeadership,
     InstrumentedMaintenance,
     InstrumentedMessageBrowser,
@@ -66,7 +70,9 @@ from retsu.application.enqueue_idempotent import EnqueueIdempotent
 from retsu.application.get_dead_letter import GetDeadLetter
 from retsu.application.get_message import GetMessage
 from retsu.application.get_queue import GetQueue
+from retsu.application.get_queue_history import GetQueueHistory
 from retsu.application.list_audit_log import ListAuditLog
+from retsu.application.list_consumers import ListConsumers
 from retsu.application.list_dead_letters import ListDeadLetters
 from retsu.application.list_messages import ListMessages
 from retsu.application.list_queues import ListQueues
@@ -76,6 +82,7 @@ from retsu.application.purge_queue import PurgeQueue
 from retsu.application.redrive_dead_letter import RedriveDeadLetter
 from retsu.application.redrive_dead_letters import RedriveDeadLetters
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
+from retsu.application.track_consumers import ConsumerTracker
 from retsu.application.update_queue import UpdateQueue
 from retsu.entrypoints.settings import Settings
 
@@ -106,6 +113,14 @@ def _milliseconds(value: int) -> float:
 
 def _listen_application_name(application_name: str) -> str:
     return f"{application_name}-listen"
+
+
+def _session_source(settings: Settings) -> str:
+    """The Selector key of what runs the sessions (advisory lock): the pooled database
+    itself, or one of their own on ``database.session_url``."""
+    database = settings.database
+    own = database.session_url is not None and database.session_url != database.url
+    return "own" if own else "pooled"
 
 
 class CoreContainer(containers.DeclarativeContainer):
@@ -150,6 +165,10 @@ class StorageContainer(containers.DeclarativeContainer):
         instance_of=Instrumentation
     )
     application_name = providers.Object("retsu")
+    # database.url: every plain transaction. Behind a transaction-mode pooler
+    # (database.pooler) the engine keeps nothing beyond a transaction: no startup
+    # settings, no named prepared statements (adapters/postgres/engine.py).
+    transaction_pooler = settings.provided.database.transaction_pooler
     engine = providers.Singleton(
         create_engine,
         url=settings.provided.database.url,
@@ -157,15 +176,33 @@ class StorageContainer(containers.DeclarativeContainer):
         acquire_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
         application_name=application_name,
         on_pool_acquire=instrumentation.provided.pool_acquired,
+        transaction_pooler=transaction_pooler,
     )
     # Every statement's connection handling: broken connections discarded, a statement
     # retried once when safe, DatabaseUnavailable when PostgreSQL cannot be reached.
-    database = providers.Singleton(Database, engine)
+    database = providers.Singleton(Database, engine, pin_transactions=transaction_pooler)
+    # database.session_url: what needs a session of its own (SPEC §10). The collector's
+    # advisory lock gets a small pool there (its leader keeps one connection, a standby
+    # borrows one to try); without a session_url it shares the pooled database.
+    session_engine = providers.Singleton(
+        create_engine,
+        url=settings.provided.database.session,
+        max_connections=2,
+        acquire_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
+        application_name=application_name,
+        on_pool_acquire=instrumentation.provided.pool_acquired,
+    )
+    session_database = providers.Selector(
+        providers.Callable(_session_source, settings),
+        own=providers.Singleton(Database, session_engine),
+        pooled=database,
+    )
     # Long polling: one dedicated LISTEN/NOTIFY connection per process, fanned out to
     # the waiting polls (started and stopped with the API app; docs/long-polling.md).
+    # LISTEN needs a session: database.session_url when set.
     message_signals = providers.Singleton(
         PostgresMessageSignals,
-        url=settings.provided.database.url,
+        url=settings.provided.database.session,
         application_name=providers.Callable(_listen_application_name, application_name),
         connect_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
     )
@@ -207,8 +244,15 @@ class StorageContainer(containers.DeclarativeContainer):
     )
     leadership = providers.Singleton(
         InstrumentedLeadership,
-        providers.Singleton(AdvisoryLockLeadership, database),
+        providers.Singleton(AdvisoryLockLeadership, session_database),
         instrumentation,
+    )
+    # -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --
+    consumers = providers.Singleton(
+        InstrumentedConsumers, providers.Singleton(PostgresConsumers, database), instrumentation
+    )
+    history = providers.Singleton(
+        InstrumentedHistory, providers.Singleton(PostgresHistory, database), instrumentation
     )
     readiness = providers.Callable(check_database, engine)
     # The cursor-signing key made by `retsu migrate`, read once, on first use.
@@ -297,12 +341,18 @@ class UseCaseContainer(containers.DeclarativeContainer):
         ids=core.ids,
         events=core.metrics,
     )
+    # What this process saw of named consumers, written every 5 s (SPEC §3.7); started
+    # and stopped (with a last write) with the API app.
+    consumer_tracker = providers.Singleton(
+        ConsumerTracker, store=storage.consumers, clock=core.clock, events=core.metrics
+    )
     dequeue = providers.Singleton(
         Dequeue,
         messages=storage.messages,
         names=lookups.names,
         events=core.metrics,
         signals=storage.message_signals,
+        consumers=consumer_tracker,
     )
     acknowledge = providers.Singleton(
         Acknowledge, messages=storage.messages, names=lookups.names, events=core.metrics
@@ -365,6 +415,17 @@ class UseCaseContainer(containers.DeclarativeContainer):
     )
     get_message = providers.Singleton(GetMessage, browser=storage.message_browser)
     delete_message = providers.Singleton(DeleteMessage, browser=storage.message_browser)
+    # -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --
+    list_consumers = providers.Singleton(
+        ListConsumers, consumers=storage.consumers, secrets=storage.secrets, clock=core.clock
+    )
+    get_queue_history = providers.Singleton(
+        GetQueueHistory,
+        history=storage.history,
+        details=lookups.details,
+        clock=core.clock,
+        collection_interval_seconds=core.settings.provided.worker.queue.state_metrics_collector.collection_interval_seconds,
+    )
 
 
 class ApiContainer(containers.DeclarativeContainer):
@@ -405,8 +466,12 @@ class ApiContainer(containers.DeclarativeContainer):
         auth=auth,
         tracer=core.tracer,
         console=console,
-        on_startup=providers.List(storage.message_signals.provided.start),
-        on_shutdown=providers.List(storage.message_signals.provided.stop),
+        on_startup=providers.List(
+            storage.message_signals.provided.start, use_cases.consumer_tracker.provided.start
+        ),
+        on_shutdown=providers.List(
+            storage.message_signals.provided.stop, use_cases.consumer_tracker.provided.stop
+        ),
     )
 
 
@@ -432,6 +497,8 @@ class WorkerContainer(containers.DeclarativeContainer):
             maintenance=storage.maintenance,
             events=core.metrics,
             idempotency_keys=storage.maintenance,
+            consumers=storage.consumers,
+            history=storage.history,
         ),
         schedule=providers.Factory(
             BatchSchedule,

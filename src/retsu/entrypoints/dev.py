@@ -14,6 +14,7 @@ from msgspec.structs import replace
 from retsu.entrypoints import serving
 from retsu.entrypoints.api import run_api
 from retsu.entrypoints.containers import ApiContainer, WorkerContainer
+from retsu.entrypoints.database import session_url
 from retsu.entrypoints.embedded import embedded_postgres
 from retsu.entrypoints.migrate import migrate_database
 from retsu.entrypoints.settings import PostgresUrl, Settings, redacted_url
@@ -73,8 +74,11 @@ def _banner(settings: Settings, database: str) -> str:
 async def _run_with_url(settings: Settings, url: str, database: str | None = None) -> int:
     # Before migrating: a port in use fails at once, not after the database work.
     sockets = [serving.bind(settings.http.bind_address, settings.http.port)]
-    await migrate_database(url, timeout_seconds=settings.database.acquire_timeout_seconds)
     settings = without_absent_redis(with_database_url(settings, url))
+    await migrate_database(
+        session_url(settings.database, "retsu migrate"),
+        timeout_seconds=settings.database.acquire_timeout_seconds,
+    )
     api = ApiContainer(settings=settings, role="dev")
     workers = WorkerContainer(settings=settings, role="dev")
     # One process: one pool and one metrics registry for the API and the workers, so

@@ -6,7 +6,7 @@ import logging
 
 from retsu.adapters.postgres.engine import check_database, create_engine
 from retsu.adapters.postgres.migrations import head_revision, upgrade
-from retsu.entrypoints.database import StartupError
+from retsu.entrypoints.database import StartupError, session_url, unreachable_reason
 from retsu.entrypoints.settings import Settings
 
 log = logging.getLogger("retsu.migrate")
@@ -17,8 +17,7 @@ async def migrate_database(url: str, *, timeout_seconds: float) -> None:
     try:
         await check_database(engine)
     except Exception as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise StartupError(f"cannot reach PostgreSQL: {reason}") from None
+        raise StartupError(f"cannot reach PostgreSQL: {unreachable_reason(error)}") from None
     finally:
         await engine.dispose()
     await upgrade(url)
@@ -26,9 +25,7 @@ async def migrate_database(url: str, *, timeout_seconds: float) -> None:
 
 
 async def run_migrate(settings: Settings) -> int:
-    if settings.database.url is None:
-        raise StartupError("database.url is not set (RETSU_DATABASE__URL)")
-    await migrate_database(
-        settings.database.url, timeout_seconds=settings.database.acquire_timeout_seconds
-    )
+    # DDL and the migration lock (a session advisory lock) need a session of their own.
+    url = session_url(settings.database, "retsu migrate")
+    await migrate_database(url, timeout_seconds=settings.database.acquire_timeout_seconds)
     return 0

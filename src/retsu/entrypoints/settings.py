@@ -266,13 +266,30 @@ class DatabaseSettings(_Section, frozen=True):
     # None: not configured. Every role but `dev` refuses to start without it (the CLI
     # enforces that, since only it knows the role).
     url: PostgresUrl | None = None
-    # For what needs a session (advisory lock, LISTEN) behind a transaction pooler; None:
-    # the same as url.
+    # For what needs a session (advisory lock, LISTEN, migrations) behind a transaction
+    # pooler; None: the same as url.
     session_url: PostgresUrl | None = None
+    # What database.url points at (docs/configuration.md, "Behind a connection pooler"):
+    # transaction = a transaction-mode pooler (PgBouncer), so nothing may outlive a
+    # transaction; none = PostgreSQL itself, or a session-mode pooler; auto = transaction
+    # exactly when session_url is set to another URL than url.
+    pooler: Literal["auto", "none", "transaction"] = "auto"
     # SPEC says only "≥ 1": any positive 32-bit count (PostgreSQL's own max_connections is
     # the real limit; see docs/operations.md).
     max_connections: Annotated[int, Meta(ge=1, le=2_147_483_647)] = 10
     acquire_timeout_seconds: Annotated[int, Meta(ge=5, le=60)] = 5
+
+    @property
+    def transaction_pooler(self) -> bool:
+        """Whether ``url`` leads to a transaction-mode pooler (``pooler``, resolved)."""
+        if self.pooler == "auto":
+            return self.session_url is not None and self.session_url != self.url
+        return self.pooler == "transaction"
+
+    @property
+    def session(self) -> PostgresUrl | None:
+        """The URL of what needs a session of its own: ``session_url``, else ``url``."""
+        return self.session_url if self.session_url is not None else self.url
 
 
 class ManagementSettings(_Section, frozen=True):

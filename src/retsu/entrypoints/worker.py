@@ -19,7 +19,7 @@ from typing import Protocol
 from retsu.adapters.system import StopAwareSleeper
 from retsu.entrypoints import serving
 from retsu.entrypoints.containers import WorkerContainer
-from retsu.entrypoints.database import StartupError, ensure_database_ready
+from retsu.entrypoints.database import StartupError, ensure_database_ready, session_url
 from retsu.entrypoints.settings import Settings
 
 log = logging.getLogger("retsu.worker")
@@ -32,6 +32,9 @@ class Worker(Protocol):
 async def run_worker(
     settings: Settings, module: str, name: str, container: WorkerContainer | None = None
 ) -> int:
+    if name == "state-metrics-collector":
+        # The leadership lock belongs to a session.
+        session_url(settings.database, "the state-metrics collector (advisory lock)")
     container = container or WorkerContainer(settings=settings, role=f"worker:{name}")
     sleeper = container.sleeper()
 
@@ -77,6 +80,9 @@ async def run_worker(
         return code
     finally:
         await engine.dispose()
+        sessions = container.storage.session_database().engine
+        if sessions is not engine:  # the collector's own pool on database.session_url
+            await sessions.dispose()
         # Flush buffered spans (bounded by telemetry.traces.timeout_seconds).
         await asyncio.to_thread(container.core.tracing().shutdown)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from retsu.application.ports import LeadershipLost
 from retsu.domain.state import PriorityState
 from tests.support.memory.repository import InMemoryRepository
@@ -29,6 +31,12 @@ class InMemoryLeaderSession:
         if self.failing:
             raise RuntimeError("the state query failed")
         return await self._repository.read_state()
+
+    async def record_history(self, state: Sequence[PriorityState]) -> None:
+        if self.broken or self._lock.holder is not self:
+            self._lock.holder = None
+            raise LeadershipLost("the leader's database session is gone")
+        await self._repository.record_history(state)
 
     async def release(self) -> None:
         self.released = True

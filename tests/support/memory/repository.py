@@ -49,6 +49,7 @@ from retsu.domain.message import (
 from retsu.domain.queue import Queue, QueueSettingsUpdate
 from retsu.domain.receipt import parse_receipt_handle
 from retsu.domain.state import PriorityState
+from tests.support.memory.observed import ConsumersAndHistory
 
 
 class State(enum.IntEnum):
@@ -94,9 +95,10 @@ def _age(now: datetime, moments: list[datetime]) -> float:
     return (now - min(moments)).total_seconds() if moments else 0.0
 
 
-class InMemoryRepository:
+class InMemoryRepository(ConsumersAndHistory):
     """Implements QueueRepository, MessageRepository, DeadLetterRepository, AuditLog and
-    QueueStateReader."""
+    QueueStateReader; the consumer and history ports come from ``ConsumersAndHistory``
+    (which keeps the cumulative counts in ``totals``)."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
@@ -107,6 +109,7 @@ class InMemoryRepository:
         # Each audit record with the queue it concerns (the queue_id filter).
         self._audit: list[tuple[AuditRecord, UUID | None]] = []
         self._order = itertools.count(1)
+        self._init_observed()
 
     def _write_audit(self, entry: AuditEntry) -> None:
         record = AuditRecord(
@@ -192,6 +195,7 @@ class InMemoryRepository:
         dead_letters = len(self._dead_letters.pop(queue_id))
         for key in [k for k in self._idempotency_keys if k[0] == queue_id]:
             del self._idempotency_keys[key]
+        self._forget_observed(queue_id)
         self._write_audit(
             audit.with_details(name=queue.name, messages=messages, dead_letters=dead_letters)
         )
@@ -219,6 +223,7 @@ class InMemoryRepository:
                 expires_at=now + timedelta(seconds=message.ttl_seconds),
                 available_after=now + timedelta(seconds=message.delay_seconds),
             )
+        self.totals[queue_id]["enqueued"] += len(messages)
 
     async def dequeue(
         self,
@@ -277,6 +282,7 @@ class InMemoryRepository:
                 message.enqueue_order,
             )
             dead_lettered += 1
+        self.totals[queue_id]["dead_lettered"] += dead_lettered
         for message in retryable[:dead_letter_batch_size]:
             message.state = State.READY
         candidates = sorted(
@@ -308,6 +314,7 @@ class InMemoryRepository:
                     enqueued_at=message.enqueued_at,
                 )
             )
+        self.totals[queue_id]["delivered"] += len(delivered)
         if delivered:
             return DequeueResult(messages=delivered, dead_lettered=dead_lettered)
         # Nothing to claim: when does a delay or a lease end next (a long-poll hint)?
@@ -371,6 +378,7 @@ class InMemoryRepository:
             ):
                 del stored[message.id]
                 removed += 1
+        self.totals[queue_id]["acknowledged"] += removed
         return removed
 
     # -- browsing (SPEC §3.6) ------------------------------------------------------
@@ -502,6 +510,7 @@ class InMemoryRepository:
             available_after=now,
             redriven_from=stored.record.id,
         )
+        self.totals[queue.id]["enqueued"] += 1
 
     async def redrive_dead_letter(
         self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
@@ -579,6 +588,7 @@ class InMemoryRepository:
         counts: Counter[tuple[str, str]] = Counter()
         for message in doomed:
             del self._messages[message.queue_id][message.id]
+            self.totals[message.queue_id]["expired"] += 1
             history = PREVIOUSLY_DELIVERED if message.delivery_attempts else NEVER_DELIVERED
             counts[self._queues[message.queue_id].name, history] += 1
         return [ExpiredMessages(name, history, n) for (name, history), n in counts.items()]

@@ -34,7 +34,9 @@ from retsu.adapters.signals import Announcer, InProcessMessageSignals
 from retsu.adapters.telemetry.instrumented import (
     Instrumentation,
     InstrumentedAuditLog,
+    InstrumentedConsumers,
     InstrumentedDeadLetters,
+    InstrumentedHistory,
     InstrumentedLeadership,
     InstrumentedMaintenance,
     InstrumentedMessageBrowser,
@@ -202,5 +204,7 @@ class MemoryStorageContainer(containers.DeclarativeContainer):
         providers.Singleton(InMemoryLeadership, providers.Singleton(InMemoryLock), database),
         instrumentation,
     )
+    consumers = providers.Singleton(InstrumentedConsumers, database, instrumentation)
+    history = providers.Singleton(InstrumentedHistory, database, instrumentation)
     readiness = providers.Callable(_ready)
     secrets = providers.Singleton(RandomServerSecrets)

@@ -39,6 +39,8 @@ STORAGE_PORTS = (
     "dead_letters",
     "audit_log",
     "message_browser",
+    "consumers",
+    "history",
 )
 
 

@@ -520,6 +520,19 @@ async def test_real_responses_match_the_document(
         c("GET", "/v1/audit-log", await client.get("/v1/audit-log"))
         c("GET", "/v1/audit-log", await client.get("/v1/audit-log", params={"action": "nope"}))
         c("GET", "/v1/audit-log", await client.get("/v1/audit-log", params={"queue_id": "x"}))
+    # SPEC §3.7 consumers and §3.8 history.
+    if ("GET", "/v1/consumers") in ops:
+        dequeue = qid + "/messages/dequeue"
+        named = {"retsu-consumer": "worker-1"}
+        c("POST", dequeue, await client.post(messages + "/dequeue", headers=named))
+        bad = {"retsu-consumer": "has spaces"}
+        c("POST", dequeue, await client.post(messages + "/dequeue", headers=bad))
+        c("GET", "/v1/consumers", await client.get("/v1/consumers"))
+        c("GET", "/v1/consumers", await client.get("/v1/consumers", params={"health": "nope"}))
+    if ("GET", qid + "/history") in ops:
+        c("GET", qid + "/history", await client.get(f"{q}/{queue}/history"))
+        c("GET", qid + "/history", await client.get(f"{q}/{queue}/history", params={"minutes": 0}))
+        c("GET", qid + "/history", await client.get(f"{q}/{MISSING_ID}/history"))
     if ("DELETE", qid) in ops:
         c("DELETE", qid, await client.delete(f"{q}/{queue}"))
         c("DELETE", qid, await client.delete(f"{q}/{queue}"))

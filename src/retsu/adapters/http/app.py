@@ -31,7 +31,15 @@ from retsu.adapters.http.openapi import (
 from retsu.adapters.http.params import TYPE_DECODERS
 from retsu.adapters.http.problems import EXCEPTION_HANDLERS, MAX_BODY_BYTES
 from retsu.adapters.http.request_rules import JsonRequest, check_request_rules
-from retsu.adapters.http.routes import audit, browsing, dead_letters, messages, queues
+from retsu.adapters.http.routes import (
+    audit,
+    browsing,
+    consumers,
+    dead_letters,
+    history,
+    messages,
+    queues,
+)
 from retsu.adapters.http.routes.health import DEFAULT_READINESS_TIMEOUT_SECONDS, health_routes
 from retsu.adapters.telemetry.metrics import Metrics
 
@@ -45,6 +53,8 @@ API_ROUTES: Sequence[HTTPRouteHandler] = (
     *browsing.ROUTES,
     *dead_letters.ROUTES,
     *audit.ROUTES,
+    *consumers.ROUTES,
+    *history.ROUTES,
 )
 
 

@@ -19,8 +19,10 @@ Every statement of every port goes through ``Database``, which keeps three promi
 
 Hot statements (enqueue, dequeue, acknowledge, visibility) run on the pooled asyncpg
 driver connection directly: one round trip, their own implicit transaction, asyncpg's
-prepared-statement cache, none of SQLAlchemy's per-execution work. Everything else runs
-through SQLAlchemy, whose disconnect detection invalidates a broken connection.
+prepared-statement cache, none of SQLAlchemy's per-execution work. (Behind a transaction
+pooler there is no cache: an unnamed statement, two round trips; docs/performance.md,
+"Behind PgBouncer".) Everything else runs through SQLAlchemy, whose disconnect detection
+invalidates a broken connection.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as postgresql_asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from retsu.adapters.postgres.engine import PIN_TRANSACTION
 from retsu.adapters.postgres.errors import (
     DEADLOCK_DETECTED,
     LOCK_NOT_AVAILABLE,
@@ -73,7 +76,13 @@ _CONFLICT_ATTEMPTS = 5
 
 # Give-way transactions (operator actions, cleaner batches) wait at most this long for
 # any lock, then start over (see ``Database.yielding``).
-_LOCK_TIMEOUT = sa.text("SET LOCAL lock_timeout = '200ms'")
+_LOCK_TIMEOUT_SETTING = "set_config('lock_timeout', '200ms', true)"
+_LOCK_TIMEOUT = sa.text(f"SELECT {_LOCK_TIMEOUT_SETTING}")
+# Behind a transaction pooler the planner pins cannot be session settings: each
+# transaction sets them first (one statement, together with the lock timeout where
+# there is one).
+_PINS = sa.text(PIN_TRANSACTION)
+_LOCK_TIMEOUT_AND_PINS = sa.text(f"{PIN_TRANSACTION}, {_LOCK_TIMEOUT_SETTING}")
 _GIVE_WAY_DELAY_SECONDS = 0.05
 
 _ASYNCPG_DIALECT = postgresql_asyncpg.dialect()  # type: ignore[no-untyped-call]
@@ -114,10 +123,17 @@ def _gave_way(error: BaseException) -> bool:
 
 
 class Database:
-    """The pool plus the rules above. One per process (per engine)."""
+    """The pool plus the rules above. One per process (per engine).
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    ``pin_transactions``: the engine leads to a transaction-mode pooler, so its sessions
+    carry no planner settings (``engine.py``); every transaction run here sets them for
+    itself first. The hot statements need nothing: their functions pin their own.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, pin_transactions: bool = False) -> None:
         self.engine = engine
+        self._preamble = _PINS if pin_transactions else None
+        self._give_way_preamble = _LOCK_TIMEOUT_AND_PINS if pin_transactions else _LOCK_TIMEOUT
 
     async def connect(self) -> AsyncConnection:
         """A pooled connection the caller keeps and closes (or invalidates) itself: the
@@ -186,7 +202,7 @@ class Database:
 
     async def read(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run read-only ``work``; on a broken connection, once more on a fresh one."""
-        return await self._retrying(work, commit=False, repeatable=True)
+        return await self._retrying(work, commit=False, repeatable=True, preamble=self._preamble)
 
     async def transaction(
         self, work: Callable[[AsyncConnection], Awaitable[T]], *, repeatable: bool = False
@@ -197,29 +213,44 @@ class Database:
         committing when ``repeatable`` (running it again stores nothing twice), it runs
         once more on a fresh connection; else DatabaseUnavailable.
         """
-        return await self._retrying(work, commit=True, repeatable=repeatable)
+        return await self._retrying(
+            work, commit=True, repeatable=repeatable, preamble=self._preamble
+        )
 
     async def _retrying(
-        self, work: Callable[[AsyncConnection], Awaitable[T]], *, commit: bool, repeatable: bool
+        self,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        commit: bool,
+        repeatable: bool,
+        preamble: sa.TextClause | None,
     ) -> T:
         try:
-            return await self._once(work, commit=commit)
+            return await self._once(work, commit=commit, preamble=preamble)
         except _Broke as broke:
             if broke.kind is Broken.LOST and broke.committing and not repeatable:
                 _unavailable(broke.error)
             log.info("database connection lost (%s); running again", broke.kind.value)
         try:
-            return await self._once(work, commit=commit)
+            return await self._once(work, commit=commit, preamble=preamble)
         except _Broke as broke:
             _unavailable(broke.error)
 
-    async def _once(self, work: Callable[[AsyncConnection], Awaitable[T]], *, commit: bool) -> T:
+    async def _once(
+        self,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        commit: bool,
+        preamble: sa.TextClause | None,
+    ) -> T:
         checked_out = False
         try:
             async with self.engine.connect() as connection:
                 checked_out = True
                 committing = False
                 try:
+                    if preamble is not None:
+                        await connection.execute(preamble)
                     result = await work(connection)
                     if commit:
                         committing = True
@@ -253,9 +284,10 @@ class Database:
         run again; the consumer never waits long.
         """
 
-        async def giving_way(connection: AsyncConnection) -> T:
-            await connection.execute(_LOCK_TIMEOUT)
-            return await work(connection)
+        async def giving_way() -> T:
+            return await self._retrying(
+                work, commit=True, repeatable=repeatable, preamble=self._give_way_preamble
+            )
 
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(_gave_way),
@@ -265,7 +297,7 @@ class Database:
             reraise=True,
         )
         try:
-            return await retrying(self.transaction, giving_way, repeatable=repeatable)
+            return await retrying(giving_way)
         except DBAPIError as error:
             if _gave_way(error):
                 raise Busy() from error

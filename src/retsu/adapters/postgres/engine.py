@@ -17,12 +17,14 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, PoolProx
 # heap scan plus a sort over every candidate row for the claim query (~100 claims/s
 # instead of ~2,000/s). Switching those plan shapes off for Retsu's own sessions
 # makes the plan independent of statistics; see docs/performance.md.
-SERVER_SETTINGS = {
-    "enable_seqscan": "off",
-    "enable_bitmapscan": "off",
-    "jit": "off",
-    "application_name": "retsu",
-}
+PLANNER_PINS = {"enable_seqscan": "off", "enable_bitmapscan": "off", "jit": "off"}
+SERVER_SETTINGS = {**PLANNER_PINS, "application_name": "retsu"}
+
+# The same pins for one transaction only (``SET LOCAL``), in one statement: what a
+# transaction-mode pooler allows where a session setting is refused (see create_engine).
+PIN_TRANSACTION = "SELECT " + ", ".join(
+    f"set_config('{name}', '{value}', true)" for name, value in PLANNER_PINS.items()
+)
 
 
 def async_url(url: str) -> str:
@@ -76,6 +78,38 @@ def _discard_if_closed(
         raise DisconnectionError("the server closed this pooled connection")
 
 
+def _pooler_safe_connect_args() -> dict[str, Any]:
+    """What asyncpg is told behind a transaction-mode pooler (PgBouncer ``pool_mode =
+    transaction``), where consecutive transactions of one client connection may run on
+    different server sessions, and a session may serve other clients in between:
+
+    * no startup parameter but ``application_name`` (PgBouncer refuses the others:
+      ``unsupported startup parameter: enable_seqscan``); the planner pins are applied
+      per transaction instead (``PIN_TRANSACTION``; the hot-path functions pin their own);
+    * no prepared statement outliving a transaction: asyncpg's statement cache and
+      SQLAlchemy's are off, so every statement is prepared *unnamed*, and asyncpg sends
+      Parse/Describe with Flush, not Sync, so PgBouncer keeps the server session until the
+      Bind/Execute/Sync that follows: prepare and run land on one session even outside a
+      transaction. (PgBouncer 1.21+ can track named statements itself,
+      ``max_prepared_statements``; Debian bookworm ships 1.18, which cannot.)
+    """
+    return {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
+
+
+def connect_arguments(
+    *, application_name: str, timeout_seconds: float, transaction_pooler: bool
+) -> dict[str, Any]:
+    """The keywords each new connection is opened with (asyncpg's, and two of
+    SQLAlchemy's asyncpg adapter)."""
+    arguments: dict[str, Any] = {"timeout": timeout_seconds}
+    if transaction_pooler:
+        arguments.update(_pooler_safe_connect_args())
+        arguments["server_settings"] = {"application_name": application_name}
+    else:
+        arguments["server_settings"] = {**SERVER_SETTINGS, "application_name": application_name}
+    return arguments
+
+
 def create_engine(
     url: str,
     *,
@@ -83,8 +117,13 @@ def create_engine(
     acquire_timeout_seconds: float = 5,
     application_name: str = "retsu",
     on_pool_acquire: Callable[[float], None] | None = None,
+    transaction_pooler: bool = False,
 ) -> AsyncEngine:
-    """``on_pool_acquire(seconds)`` is called after every pool checkout (telemetry)."""
+    """``on_pool_acquire(seconds)`` is called after every pool checkout (telemetry).
+
+    ``transaction_pooler``: ``url`` leads to a transaction-mode pooler, so nothing the
+    engine does may depend on a session outliving one transaction (see
+    ``_pooler_safe_connect_args``)."""
     options: dict[str, Any] = {}
     if on_pool_acquire is not None:
         options["poolclass"] = _timed_pool_class(on_pool_acquire)
@@ -94,10 +133,11 @@ def create_engine(
         max_overflow=0,
         pool_timeout=acquire_timeout_seconds,
         pool_recycle=3600,
-        connect_args={
-            "server_settings": {**SERVER_SETTINGS, "application_name": application_name},
-            "timeout": acquire_timeout_seconds,
-        },
+        connect_args=connect_arguments(
+            application_name=application_name,
+            timeout_seconds=acquire_timeout_seconds,
+            transaction_pooler=transaction_pooler,
+        ),
         **options,
     )
     event.listen(engine.sync_engine, "checkout", _discard_if_closed)

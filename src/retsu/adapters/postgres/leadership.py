@@ -22,11 +22,14 @@ connection can be had, ``DatabaseUnavailable``, and the collector tries again la
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.errors import broken_connection
+from retsu.adapters.postgres.history import insert_snapshot
 from retsu.adapters.postgres.state import read_all_queues
 from retsu.application.ports import LeadershipLost
 from retsu.domain.errors import DatabaseUnavailable
@@ -73,6 +76,17 @@ class AdvisoryLockSession:
                 raise LeadershipLost(f"the leader's database session broke: {error}") from error
             raise
         return state
+
+    async def record_history(self, state: Sequence[PriorityState]) -> None:
+        # SPEC §3.8: one snapshot per queue, one statement, committed at once. Only the
+        # leader writes (this session holds the lock), so snapshots never interleave.
+        try:
+            await insert_snapshot(self._connection, state)
+            await self._connection.commit()
+        except Exception as error:
+            if broken_connection(error) is not None:
+                raise LeadershipLost(f"the leader's database session broke: {error}") from error
+            raise
 
     async def release(self) -> None:
         await _discard(self._connection)

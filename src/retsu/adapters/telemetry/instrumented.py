@@ -23,25 +23,32 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.ports import (
     AuditLog,
+    ConsumerMaintenance,
+    ConsumerStore,
     DeadLetterRepository,
+    HistoryMaintenance,
     LeaderSession,
     Leadership,
     Maintenance,
     MessageBrowser,
     MessageRepository,
+    QueueHistoryReader,
     QueueRepository,
     QueueStateReader,
 )
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
 from retsu.domain.browsing import BrowseState, MessageBatch, MessagePosition, StoredMessage
+from retsu.domain.consumer import ConsumerPosition, ConsumerRecord, ConsumerSighting, SeenBetween
 from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
 from retsu.domain.errors import RetsuError, Unavailable
+from retsu.domain.history import HistoryPoint
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
 from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Priority, Receipt
@@ -54,7 +61,9 @@ if TYPE_CHECKING:
 __all__ = [
     "Instrumentation",
     "InstrumentedAuditLog",
+    "InstrumentedConsumers",
     "InstrumentedDeadLetters",
+    "InstrumentedHistory",
     "InstrumentedLeaderSession",
     "InstrumentedLeadership",
     "InstrumentedMaintenance",
@@ -375,10 +384,14 @@ class InstrumentedLeaderSession:
 
     def __init__(self, session: LeaderSession, instrumentation: Instrumentation) -> None:
         self._read_state = instrumentation.wrap("read_state", session.read_state)
+        self._record_history = instrumentation.wrap("record_history", session.record_history)
         self._release = instrumentation.wrap("release_leadership", session.release)
 
     async def read_state(self) -> list[PriorityState]:
         return await self._read_state()
+
+    async def record_history(self, state: Sequence[PriorityState]) -> None:
+        await self._record_history(state)
 
     async def release(self) -> None:
         await self._release()
@@ -397,3 +410,61 @@ class InstrumentedLeadership:
         if session is None:
             return None
         return InstrumentedLeaderSession(session, self._instrumentation)
+
+
+# -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --------------------------------
+
+
+class _Consumers(ConsumerStore, ConsumerMaintenance, Protocol):
+    """One storage object serves both consumer ports."""
+
+
+class _History(QueueHistoryReader, HistoryMaintenance, Protocol):
+    """One storage object serves both history ports."""
+
+
+class InstrumentedConsumers:
+    """ConsumerStore and ConsumerMaintenance, measured."""
+
+    def __init__(self, consumers: _Consumers, instrumentation: Instrumentation) -> None:
+        wrap = instrumentation.wrap
+        self._record_consumers = wrap("record_consumers", consumers.record_consumers)
+        self._list_consumers = wrap("list_consumers", consumers.list_consumers)
+        self._delete_consumers_not_seen_for = wrap(
+            "delete_consumers_not_seen_for", consumers.delete_consumers_not_seen_for
+        )
+
+    async def record_consumers(self, sightings: Sequence[ConsumerSighting]) -> None:
+        await self._record_consumers(sightings)
+
+    async def list_consumers(
+        self,
+        *,
+        limit: int,
+        after: ConsumerPosition | None,
+        queue_id: UUID | None,
+        seen: SeenBetween,
+    ) -> list[ConsumerRecord]:
+        return await self._list_consumers(limit=limit, after=after, queue_id=queue_id, seen=seen)
+
+    async def delete_consumers_not_seen_for(self, age_seconds: int, batch_size: int) -> int:
+        return await self._delete_consumers_not_seen_for(age_seconds, batch_size)
+
+
+class InstrumentedHistory:
+    """QueueHistoryReader and HistoryMaintenance, measured."""
+
+    def __init__(self, history: _History, instrumentation: Instrumentation) -> None:
+        wrap = instrumentation.wrap
+        self._read_history = wrap("read_history", history.read_history)
+        self._delete_history_older_than = wrap(
+            "delete_history_older_than", history.delete_history_older_than
+        )
+
+    async def read_history(
+        self, queue_id: UUID, *, since: datetime, bucket_seconds: int
+    ) -> list[HistoryPoint]:
+        return await self._read_history(queue_id, since=since, bucket_seconds=bucket_seconds)
+
+    async def delete_history_older_than(self, age_seconds: int, batch_size: int) -> int:
+        return await self._delete_history_older_than(age_seconds, batch_size)

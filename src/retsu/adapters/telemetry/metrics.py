@@ -198,6 +198,24 @@ class Metrics:
             registry=r,
         )
 
+        # -- consumer tracking (SPEC §3.7) ---------------------------------------
+        self._consumer_flushes = Counter(
+            "consumer_sighting_flushes",
+            "Coalesced writes of consumer sightings, by outcome (success or failure).",
+            ("outcome",),
+            registry=r,
+        )
+        self._consumer_flushed = Counter(
+            "consumer_sightings_flushed",
+            "Consumer entries written by the coalesced writes.",
+            registry=r,
+        )
+        self._consumer_dropped = Counter(
+            "consumer_sightings_dropped",
+            "Sightings of new consumers not kept because the tracker was full.",
+            registry=r,
+        )
+
         # -- telemetry itself --------------------------------------------------
         self._label_overflow = Counter(
             "telemetry_label_overflow",
@@ -289,6 +307,17 @@ class Metrics:
 
     def redriven(self, queue_name: str, count: int = 1) -> None:
         self._messages_redriven.labels(self.queue_label(queue_name)).inc(count)
+
+    # -- consumer tracking (the ConsumerEvents port) ------------------------------
+
+    def consumer_sightings_dropped(self, count: int = 1) -> None:
+        self._consumer_dropped.inc(count)
+
+    def consumer_flush_finished(self, outcome: str, entries: int) -> None:
+        """``outcome`` is ``success`` or ``failure``."""
+        self._consumer_flushes.labels(outcome).inc()
+        if outcome == "success":
+            self._consumer_flushed.inc(entries)
 
     # -- database ------------------------------------------------------------------
 

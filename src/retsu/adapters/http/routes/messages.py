@@ -25,10 +25,12 @@ from retsu.adapters.http.dto import (
     message_out,
 )
 from retsu.adapters.http.params import (
+    CONSUMER,
     IDEMPOTENCY_KEY,
     QUEUE,
     MessageId,
     QueueId,
+    consumer_of,
     idempotency_key_of,
 )
 from retsu.adapters.http.request_rules import RequestProblem
@@ -147,12 +149,17 @@ async def enqueue_batch(
     "(no body, or an empty one, takes the defaults).",
     response_description='Without `max_messages`: one message; with it: `{"messages": [...]}` '
     "(possibly empty).",
-    errors=(WAIT_SECONDS, VISIBILITY_TIMEOUT, MAX_MESSAGES),
+    errors=(WAIT_SECONDS, VISIBILITY_TIMEOUT, MAX_MESSAGES, "invalid_consumer"),
     replies={204: (None, "Without `max_messages`: nothing deliverable within `wait_seconds`.")},
+    request_headers=(CONSUMER,),
 )
 async def dequeue_messages(
-    queue_id: QueueId, dequeue: NamedDependency[Dequeue], data: JSONBody[DequeueBody | None] = None
+    queue_id: QueueId,
+    dequeue: NamedDependency[Dequeue],
+    request: Request[Any, Any, Any],
+    data: JSONBody[DequeueBody | None] = None,
 ) -> Response[MessageOut | MessagesOut]:
+    consumer = consumer_of(request)
     if data is None:
         options = _DEFAULT_DEQUEUE
     else:
@@ -161,7 +168,7 @@ async def dequeue_messages(
             visibility_timeout_seconds=data.visibility_timeout_seconds,
             max_messages=data.max_messages,
         )
-    delivered = await dequeue(DequeueCommand(queue_id=queue_id, options=options))
+    delivered = await dequeue(DequeueCommand(queue_id=queue_id, options=options, consumer=consumer))
     if options.max_messages is not None:
         return Response(MessagesOut(messages=[message_out(m) for m in delivered]))
     if not delivered:
