@@ -25,6 +25,9 @@ from retsu.adapters.http.console.session import (
 )
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.console_cookies import forge_cookie, read_cookie
+from tests.support.memory.clock import FakeClock
+from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
+from tests.support.memory.repository import InMemoryRepository
 from tests.support.memory.secrets import RandomServerSecrets
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
@@ -307,6 +310,56 @@ async def test_the_message_browser_filters_pages_shows_and_deletes(
     assert response.headers["location"] == f"{base}?notice=message_deleted"
     response = await submit(client, f"{base}/{other}/delete", page=base)
     assert response.status_code == 404 and "message_not_found" in response.text
+
+
+async def test_consumers_health_and_history_charts(
+    client: Client,
+    new_queue: NewQueue,
+    container: ApiContainer,
+    repository: InMemoryRepository,
+    clock: FakeClock,
+) -> None:
+    queue = (await new_queue("reports"))["id"]
+    messages = f"/v1/queues/{queue}/messages"
+    await _snapshot(repository)
+    clock.advance(15)
+    for n in range(3):
+        await client.post(messages, json={"payload": str(n), "priority": "HIGH"})
+    headers = {"retsu-consumer": "reporter-1"}
+    taken = (await client.post(f"{messages}/dequeue", headers=headers)).json()
+    await client.post(
+        f"{messages}/{taken['id']}/acknowledge", json={"receipt_handle": taken["receipt_handle"]}
+    )
+    await container.use_cases.consumer_tracker().flush()
+    await _snapshot(repository)
+
+    listed = await client.get("/console/consumers")
+    assert listed.status_code == 200
+    assert "reporter-1" in listed.text and '<span class="badge ok">healthy</span>' in listed.text
+    overview = await client.get("/console/fragments/overview")
+    cells = re.findall(
+        r'<td class="num[^"]*"><a href="/console/consumers[^>]*>(\d+)</a>', overview.text
+    )
+    assert cells == ["1"]
+    assert overview.text.count('<svg class="spark"') == 2
+    for window in ("1h", "24h", "7d", "nonsense"):
+        page = await client.get(f"/console/queues/{queue}", params={"window": window})
+        assert page.status_code == 200
+        assert page.text.count('<svg class="chart"') == 2
+        assert 'class="series s-enqueued"' in page.text or 'class="s-enqueued"' in page.text
+    clock.advance(400)
+    offline = await client.get("/console/consumers", params={"health": "offline"})
+    assert '<span class="badge danger">offline</span>' in offline.text
+    assert "reporter-1" not in (await client.get("/console/consumers?health=healthy")).text
+    bad = await client.get("/console/consumers", params={"health": "sleepy"})
+    assert bad.status_code == 400 and "invalid_health" in bad.text
+
+
+async def _snapshot(repository: InMemoryRepository) -> None:
+    session = await InMemoryLeadership(InMemoryLock(), repository).try_acquire()
+    assert session is not None
+    await session.record_history(await session.read_state())
+    await session.release()
 
 
 async def test_unknown_things_are_pages_with_the_api_codes(client: Client) -> None:

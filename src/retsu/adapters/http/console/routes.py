@@ -9,6 +9,7 @@ page that shows the result (post/redirect/get), with a short notice in the addre
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode
 from uuid import UUID
@@ -17,7 +18,9 @@ from litestar import Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import PathParameter, QueryParameter
 from litestar.response import Template
+from markupsafe import Markup
 
+from retsu.adapters.http.console.charts import Series, line_chart, sparkline
 from retsu.adapters.http.console.forms import SETTING_LABELS, SETTINGS, SettingsForm
 from retsu.adapters.http.console.gate import (
     PUBLIC,
@@ -34,7 +37,9 @@ from retsu.application.delete_message import DeleteMessage, DeleteMessageCommand
 from retsu.application.get_dead_letter import GetDeadLetter
 from retsu.application.get_message import GetMessage
 from retsu.application.get_queue import GetQueue, QueueWithStats
+from retsu.application.get_queue_history import GetQueueHistory, QueueHistoryQuery
 from retsu.application.list_audit_log import ListAuditLog, ListAuditLogQuery
+from retsu.application.list_consumers import ListConsumers, ListConsumersQuery
 from retsu.application.list_dead_letters import ListDeadLetters, ListDeadLettersQuery
 from retsu.application.list_messages import ListMessages, ListMessagesQuery
 from retsu.application.list_queues import ListQueues, ListQueuesQuery
@@ -44,7 +49,9 @@ from retsu.application.redrive_dead_letter import RedriveDeadLetter, RedriveDead
 from retsu.application.redrive_dead_letters import RedriveDeadLetters, RedriveDeadLettersCommand
 from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
 from retsu.domain.audit import AuditAction, Caller
+from retsu.domain.consumer import ConsumerHealth
 from retsu.domain.errors import InvalidInput, QueueNotFound
+from retsu.domain.history import History
 from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT
 from retsu.domain.queue import Queue
 
@@ -100,18 +107,84 @@ def _live_messages(found: QueueWithStats) -> int:
 class QueueRow:
     queue: Queue
     found: QueueWithStats
+    healthy_consumers: int
+    depth: Markup | None = None
+    throughput: Markup | None = None
+
+
+# The overview counts healthy consumers a page of 100 at a time, up to this many pages.
+HEALTHY_PAGES: Final = 10
+SPARK_MINUTES: Final = 60
+
+
+async def _healthy_consumers(list_consumers: ListConsumers) -> dict[UUID, int]:
+    """Healthy consumers per queue (SPEC §3.7: seen within the last 30 s)."""
+    counts: dict[UUID, int] = {}
+    cursor: str | None = None
+    for _ in range(HEALTHY_PAGES):
+        listed = await list_consumers(
+            ListConsumersQuery(limit=100, cursor=cursor, health=ConsumerHealth.HEALTHY.value)
+        )
+        for view in listed.items:
+            counts[view.record.queue_id] = counts.get(view.record.queue_id, 0) + 1
+        cursor = listed.next_cursor
+        if cursor is None:
+            break
+    return counts
+
+
+def _depth(history: History) -> list[Series]:
+    points = history.points
+    return [
+        Series("ready", "Ready", [p.ready for p in points]),
+        Series("in_flight", "In flight", [p.in_flight for p in points]),
+        Series("delayed", "Delayed", [p.delayed for p in points]),
+        Series("dead_letters", "Dead letters", [p.dead_letters for p in points]),
+    ]
+
+
+def _throughput(history: History) -> list[Series]:
+    points = history.points
+    return [
+        Series("enqueued", "Enqueued", [p.counts.enqueued for p in points]),
+        Series("delivered", "Delivered", [p.counts.delivered for p in points]),
+        Series("acknowledged", "Acknowledged", [p.counts.acknowledged for p in points]),
+        Series("dead_lettered", "Dead-lettered", [p.counts.dead_lettered for p in points]),
+        Series("expired", "Expired", [p.counts.expired for p in points]),
+    ]
 
 
 async def _overview(
-    list_queues: ListQueues, get_queue: GetQueue, cursor: str | None
+    list_queues: ListQueues,
+    get_queue: GetQueue,
+    list_consumers: ListConsumers,
+    get_queue_history: GetQueueHistory,
+    cursor: str | None,
 ) -> tuple[list[QueueRow], str | None]:
     queues = await list_queues(ListQueuesQuery(limit=PAGE_SIZE, cursor=cursor))
+    healthy = await _healthy_consumers(list_consumers)
     rows: list[QueueRow] = []
     for queue in queues.items:
         try:
-            rows.append(QueueRow(queue, await get_queue(queue.id)))
+            found = await get_queue(queue.id)
+            history = await get_queue_history(QueueHistoryQuery(queue.id, SPARK_MINUTES))
         except QueueNotFound:  # deleted meanwhile
             continue
+        depth = _depth(history)[:1]  # ready: the depth that matters at a glance
+        flow = _throughput(history)[:3:2]  # enqueued and acknowledged: in and out
+        rows.append(
+            QueueRow(
+                queue,
+                found,
+                healthy.get(queue.id, 0),
+                sparkline(depth, label=f"{queue.name}: ready messages, last hour")
+                if history.points
+                else None,
+                sparkline(flow, label=f"{queue.name}: enqueued and acknowledged, last hour")
+                if history.points
+                else None,
+            )
+        )
     return rows, queues.next_cursor
 
 
@@ -120,9 +193,13 @@ async def overview(
     ctx: Ctx,
     list_queues: NamedDependency[ListQueues],
     get_queue: NamedDependency[GetQueue],
+    list_consumers: NamedDependency[ListConsumers],
+    get_queue_history: NamedDependency[GetQueueHistory],
     cursor: Text = None,
 ) -> Template:
-    rows, next_cursor = await _overview(list_queues, get_queue, cursor)
+    rows, next_cursor = await _overview(
+        list_queues, get_queue, list_consumers, get_queue_history, cursor
+    )
     return page(ctx, "overview.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
 
 
@@ -131,24 +208,71 @@ async def overview_fragment(
     ctx: Ctx,
     list_queues: NamedDependency[ListQueues],
     get_queue: NamedDependency[GetQueue],
+    list_consumers: NamedDependency[ListConsumers],
+    get_queue_history: NamedDependency[GetQueueHistory],
     cursor: Text = None,
 ) -> Template:
     """The overview's table alone: what the live refresh swaps in every 5 s."""
-    rows, next_cursor = await _overview(list_queues, get_queue, cursor)
+    rows, next_cursor = await _overview(
+        list_queues, get_queue, list_consumers, get_queue_history, cursor
+    )
     return page(ctx, "_overview_table.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
 
 
 # -- one queue: settings, pause / resume, purge ------------------------------------------
 
 
-def _queue_page(
+WINDOWS: Final = (("1h", "1 h", 60), ("24h", "24 h", 1440), ("7d", "7 d", 10080))
+
+
+@dataclass(frozen=True, slots=True)
+class Charts:
+    depth: Markup
+    throughput: Markup
+    interval: int
+    points: int
+
+
+async def _charts(get_queue_history: GetQueueHistory, queue: Queue, window: str) -> Charts:
+    minutes = next((m for key, _, m in WINDOWS if key == window), 60)
+    history = await get_queue_history(QueueHistoryQuery(queue.id, minutes))
+    end = datetime.now(UTC)
+    start = end - timedelta(minutes=minutes)
+    times = [point.at for point in history.points]
+    interval = history.interval_seconds
+    return Charts(
+        depth=line_chart(
+            times,
+            _depth(history),
+            start=start,
+            end=end,
+            interval_seconds=interval,
+            label=f"{queue.name}: depth over {window}",
+        ),
+        throughput=line_chart(
+            times,
+            _throughput(history),
+            start=start,
+            end=end,
+            interval_seconds=interval,
+            label=f"{queue.name}: throughput over {window}",
+        ),
+        interval=history.interval_seconds,
+        points=len(history.points),
+    )
+
+
+async def _queue_page(
     ctx: ConsoleContext,
     found: QueueWithStats,
+    get_queue_history: GetQueueHistory,
     *,
+    window: str | None = None,
     form: SettingsForm | None = None,
     notice: str | None = None,
     status: int = 200,
 ) -> Template:
+    window = window if window in {key for key, _, _ in WINDOWS} else "1h"
     return page(
         ctx,
         "queue.html",
@@ -159,6 +283,11 @@ def _queue_page(
         settings=SETTINGS,
         labels=SETTING_LABELS,
         notice=notice,
+        charts=await _charts(get_queue_history, found.queue, window),
+        window=window,
+        windows=[(key, label) for key, label, _ in WINDOWS],
+        depth_series=_depth(History(0, [])),
+        throughput_series=_throughput(History(0, [])),
         tab="queue",
     )
 
@@ -168,11 +297,15 @@ async def queue_page(
     ctx: Ctx,
     queue_id: PathId,
     get_queue: NamedDependency[GetQueue],
+    get_queue_history: NamedDependency[GetQueueHistory],
+    window: Text = None,
     notice: Text = None,
     n: Text = None,
 ) -> Template:
     found = await get_queue(queue_id)
-    return _queue_page(ctx, found, notice=notice_text(notice, n))
+    return await _queue_page(
+        ctx, found, get_queue_history, window=window, notice=notice_text(notice, n)
+    )
 
 
 @post("/queues/{queue_id:str}/settings")
@@ -182,6 +315,7 @@ async def save_settings(
     queue_id: PathId,
     get_queue: NamedDependency[GetQueue],
     update_queue: NamedDependency[UpdateQueue],
+    get_queue_history: NamedDependency[GetQueueHistory],
     caller: NamedDependency[Caller],
 ) -> Response[Any]:
     found = await get_queue(queue_id)
@@ -195,7 +329,7 @@ async def save_settings(
         except InvalidInput as error:
             form.fail(error.code, error.detail)
     if form.errors:
-        return _queue_page(ctx, found, form=form, status=400)
+        return await _queue_page(ctx, found, get_queue_history, form=form, status=400)
     return see_other(ctx, _queue_path(queue_id, notice="saved"))
 
 
@@ -487,6 +621,49 @@ async def delete_dead_letter(
     return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="dead_letter_deleted"))
 
 
+# -- consumers -----------------------------------------------------------------------------
+
+
+def _queue_filter(queue_id: str | None) -> UUID | None:
+    if not queue_id:
+        return None
+    try:
+        return UUID(queue_id)
+    except ValueError:
+        raise InvalidInput("queue_id must be a UUID.", code="invalid_queue_id") from None
+
+
+@get("/consumers")
+async def consumers(
+    ctx: Ctx,
+    list_consumers: NamedDependency[ListConsumers],
+    list_queues: NamedDependency[ListQueues],
+    queue_id: Text = None,
+    health: Text = None,
+    cursor: Text = None,
+) -> Template:
+    queue_filter = _queue_filter(queue_id)
+    listed = await list_consumers(
+        ListConsumersQuery(
+            limit=PAGE_SIZE, cursor=cursor or None, queue_id=queue_filter, health=health or None
+        )
+    )
+    queues = await list_queues(ListQueuesQuery(limit=QUEUE_CHOICES))
+    return page(
+        ctx,
+        "consumers.html",
+        consumers=listed.items,
+        next_cursor=listed.next_cursor,
+        cursor=cursor,
+        queues=queues.items,
+        names={str(q.id): q.name for q in queues.items},
+        queue_id=str(queue_filter) if queue_filter else "",
+        health=health or "",
+        healths=[h.value for h in ConsumerHealth],
+        now=datetime.now(UTC),
+    )
+
+
 # -- audit log -----------------------------------------------------------------------------
 
 
@@ -499,12 +676,7 @@ async def audit_log(
     action: Text = None,
     cursor: Text = None,
 ) -> Template:
-    queue_filter: UUID | None = None
-    if queue_id:
-        try:
-            queue_filter = UUID(queue_id)
-        except ValueError:
-            raise InvalidInput("queue_id must be a UUID.", code="invalid_queue_id") from None
+    queue_filter = _queue_filter(queue_id)
     records = await list_audit_log(
         ListAuditLogQuery(
             limit=PAGE_SIZE, cursor=cursor, queue_id=queue_filter, action=action or None
@@ -599,6 +771,7 @@ ROUTES = [
     redrive_many,
     redrive_one,
     delete_dead_letter,
+    consumers,
     audit_log,
     sign_in_page,
     sign_in,
