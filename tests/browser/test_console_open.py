@@ -21,6 +21,7 @@ from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.browser.conftest import ConsoleServer, screenshot, start_server
+from tests.support.processes import RetsuProcess, free_port, retsu_env
 
 pytestmark = pytest.mark.integration
 
@@ -31,10 +32,22 @@ Driver = webdriver.Chrome
 def server(
     console_database: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConsoleServer]:
-    started = start_server(console_database, Path(tmp_path_factory.mktemp("console-open")))
+    logs = Path(tmp_path_factory.mktemp("console-open"))
+    started = start_server(console_database, logs)
+    # The collector's leader stores the history snapshots the charts draw (every 5 s here).
+    collector = RetsuProcess(
+        ["worker", "run", "queue", "state-metrics-collector"],
+        retsu_env(
+            console_database,
+            worker__management__port=str(free_port()),
+            worker__queue__state_metrics_collector__collection_interval_seconds="5",
+        ),
+        logs / "collector.log",
+    )
     try:
         yield started
     finally:
+        assert collector.stop() == 0, collector.output()
         assert started.process.stop() == 0, started.process.output()
 
 
@@ -68,7 +81,11 @@ async def queues(server: ConsoleServer) -> AsyncIterator[Queues]:
             payload = json.dumps({"order": 1000 + n, "items": [{"sku": "A-1", "qty": n + 1}]})
             await _enqueue(api, orders, payload, priority)
         await _enqueue(api, orders, "plain text, not JSON", "LOW", delay_seconds=3600)
-        taken = await api.post(f"/v1/queues/{orders}/messages/dequeue", json={"max_messages": 2})
+        taken = await api.post(
+            f"/v1/queues/{orders}/messages/dequeue",
+            json={"max_messages": 2},
+            headers={"retsu-consumer": "orders-worker-1"},
+        )
         assert len(taken.json()["messages"]) == 2
 
         payments = await _create(api, "payments", max_delivery_attempts=1)
@@ -159,7 +176,7 @@ async def test_overview_lists_every_queue_and_refreshes_itself(
     assert _cells(_row(page, "emails"))[1] == "paused"
     assert _cells(_row(page, "payments"))[5] == "6"
     aligned = [align for _, align in _row(page, "orders")]
-    assert aligned == ["left", "left", *["right"] * 5]  # numbers right-aligned
+    assert aligned[:8] == ["left", "left", *["right"] * 6]  # numbers right-aligned
     WebDriverWait(page, 5).until(
         lambda d: "updated" in d.find_element(By.CSS_SELECTOR, "[data-live-indicator]").text
     )
@@ -358,3 +375,38 @@ async def test_audit_log_filters_by_queue_and_action(
     rows = page.find_elements(By.CSS_SELECTOR, "tbody tr")
     assert len(rows) == 1
     assert "queue emails" in rows[0].text
+
+
+async def test_consumers_and_charts(page: Driver, server: ConsoleServer, queues: Queues) -> None:
+    # The API writes what it saw of consumers every 5 s; the collector snapshots every 5 s.
+    async with server.api() as api:
+        await api.post(
+            f"/v1/queues/{queues.orders}/messages/dequeue",
+            headers={"retsu-consumer": "orders-worker-2"},
+        )
+
+    def consumers_listed(driver: Driver) -> bool:
+        driver.get(server.url("/console/consumers"))
+        return "orders-worker-2" in driver.find_element(By.TAG_NAME, "main").text
+
+    WebDriverWait(page, 20, poll_frequency=1).until(consumers_listed)
+    names = [td.text for td in page.find_elements(By.CSS_SELECTOR, "tbody td:first-child")]
+    assert {"orders-worker-1", "orders-worker-2"} <= set(names)
+    assert "healthy" in page.find_element(By.TAG_NAME, "tbody").text
+    screenshot(page, "consumers")
+
+    def charted(driver: Driver) -> bool:
+        driver.get(server.url(f"/console/queues/{queues.orders}?window=1h"))
+        return bool(driver.find_elements(By.CSS_SELECTOR, "svg.chart polyline"))
+
+    WebDriverWait(page, 30, poll_frequency=1).until(charted)
+    assert len(page.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2
+    screenshot(page, "queue-charts")
+    page.get(server.url(f"/console/queues/{queues.orders}?window=7d"))
+    assert (
+        page.find_element(By.CSS_SELECTOR, 'nav[aria-label="Chart window"] a[aria-current]').text
+        == "7 d"
+    )
+    page.get(server.url("/console/"))
+    assert page.find_elements(By.CSS_SELECTOR, "svg.spark")
+    screenshot(page, "overview")
