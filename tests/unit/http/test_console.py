@@ -23,12 +23,14 @@ from retsu.adapters.http.console.session import (
     SESSION_IDLE_SECONDS,
     SESSION_MAX_AGE_SECONDS,
 )
+from retsu.domain.errors import DatabaseUnavailable
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.console_cookies import forge_cookie, read_cookie
 from tests.support.memory.clock import FakeClock
 from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
 from tests.support.memory.repository import InMemoryRepository
 from tests.support.memory.secrets import RandomServerSecrets
+from tests.unit.http.conftest import STORAGE_PORTS
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -372,6 +374,23 @@ async def test_unknown_things_are_pages_with_the_api_codes(client: Client) -> No
     assert response.status_code == 400 and "invalid_action" in response.text
     response = await client.get("/console/audit?cursor=nope")
     assert response.status_code == 400 and "invalid_cursor" in response.text
+
+
+async def test_an_unreachable_database_is_a_503_page_with_retry_after(
+    container: ApiContainer, clock: FakeClock
+) -> None:
+    class Unreachable(InMemoryRepository):
+        async def list_queues(self, *args: Any, **kwargs: Any) -> Any:
+            raise DatabaseUnavailable()
+
+    for port in STORAGE_PORTS:
+        getattr(container.storage, port).override(providers.Object(Unreachable(clock)))
+    async with AsyncTestClient(app=container.app()) as client:
+        response = await client.get("/console/")
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.headers["content-type"].startswith("text/html")
+    assert "database_unavailable" in response.text
 
 
 async def test_a_form_without_its_csrf_token_changes_nothing(
