@@ -42,7 +42,7 @@ def _number(value: float) -> str:
         return f"{value / 1_000_000:g}M"
     if value >= 10_000:
         return f"{value / 1_000:g}k"
-    return f"{value:,.0f}"
+    return f"{value:,.0f}" if value == int(value) else f"{value:g}"
 
 
 def _coordinates(points: Sequence[tuple[float, float]]) -> str:
