@@ -22,6 +22,7 @@ from retsu.adapters.cache.redis_client import create_redis_client
 from retsu.adapters.cache.shared import RedisQueueDetails
 from retsu.adapters.http.app import create_app
 from retsu.adapters.http.auth import ApiToken, AuthConfig
+from retsu.adapters.http.console import ConsoleConfig
 from retsu.adapters.http.management import create_management_app
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
 from retsu.adapters.postgres.browsing import PostgresMessageBrowser
@@ -448,6 +449,13 @@ class ApiContainer(containers.DeclarativeContainer):
     use_cases = providers.Container(UseCaseContainer, core=core, storage=storage, lookups=lookups)
 
     auth = providers.Callable(_auth_config, settings)
+    # The operator console (SPEC §3.9): its session key derives from the server secret.
+    console = providers.Factory(
+        ConsoleConfig,
+        enabled=settings.provided.console.enabled,
+        secrets=storage.secrets,
+        auth=auth,
+    )
     # The HTTP handlers take their use cases from this container's providers, by name
     # (adapters/http/app.py): adding a use case is one UseCaseContainer line.
     app = providers.Singleton(
@@ -457,6 +465,7 @@ class ApiContainer(containers.DeclarativeContainer):
         metrics=core.metrics,
         auth=auth,
         tracer=core.tracer,
+        console=console,
         on_startup=providers.List(
             storage.message_signals.provided.start, use_cases.consumer_tracker.provided.start
         ),

@@ -577,7 +577,7 @@ def test_secrets_never_show_in_a_repr() -> None:
 def test_the_middleware_keeps_digests_not_secrets(container: ApiContainer) -> None:
     middleware = AuthMiddleware(lambda *_: None, AUTH)  # type: ignore[arg-type]
     _assert_no_secret(repr(vars(middleware)) if hasattr(middleware, "__dict__") else "")
-    stored = {digest for digest, _ in middleware._tokens}
+    stored = {digest for digest, _ in middleware._tokens._tokens}
     assert stored == {hashlib.sha256(s.encode()).digest() for s in SECRETS}
 
 
@@ -594,7 +594,7 @@ def test_every_token_is_compared_whatever_matches(
 
     monkeypatch.setattr(hmac, "compare_digest", spy)
     middleware = AuthMiddleware(lambda *_: None, AUTH)  # type: ignore[arg-type]
-    middleware._match(secret.encode())
+    middleware._tokens.match(secret.encode())
     # One comparison per configured token, always of two 32-byte digests.
     assert calls == [(32, 32)] * len(TOKENS)
 
@@ -602,7 +602,7 @@ def test_every_token_is_compared_whatever_matches(
 def test_no_token_configured_refuses_everything(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         middleware = AuthMiddleware(lambda *_: None, AuthConfig(enabled=True))  # type: ignore[arg-type]
-    assert middleware._match(b"anything") is None
+    assert middleware._tokens.match(b"anything") is None
     assert "no token" in caplog.text
 
 

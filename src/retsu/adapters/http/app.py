@@ -20,6 +20,7 @@ from litestar.types import LifespanHook
 
 from retsu.adapters.http.auth import AuthConfig, AuthMiddleware, app_route_resolver
 from retsu.adapters.http.caller import caller_of
+from retsu.adapters.http.console import ConsoleConfig, console_handlers, console_templates
 from retsu.adapters.http.middleware import instrument_asgi
 from retsu.adapters.http.openapi import (
     StrictStructSchemaPlugin,
@@ -98,9 +99,11 @@ def create_app(
     readiness_timeout_seconds: float = DEFAULT_READINESS_TIMEOUT_SECONDS,
     auth: AuthConfig | None = None,
     tracer: Tracer | None = None,
+    console: ConsoleConfig | None = None,
 ) -> Litestar:
     """``use_cases``: provider name → provider; ``tracer``: the process's tracer when
-    ``telemetry.traces.enabled``, else None."""
+    ``telemetry.traces.enabled``, else None; ``console``: the operator console's
+    configuration (none: no console)."""
     dependencies: dict[str, Provide] = {name: _provide(p) for name, p in use_cases.items()}
     dependencies["caller"] = Provide(caller_of, sync_to_thread=False)
     handlers = [
@@ -110,9 +113,12 @@ def create_app(
         ),
         docs_page,
     ]
+    # The operator console (adapters/http/console): its own router, pages and errors.
+    console_routes = console_handlers(console, options_handlers) if console is not None else []
     app = Litestar(
         # Ours first: Litestar adds its own OPTIONS to a path that has none yet.
-        route_handlers=[*options_handlers(handlers), *handlers],
+        route_handlers=[*options_handlers(handlers), *handlers, *console_routes],
+        template_config=console_templates() if console_routes else None,
         dependencies=dependencies,
         request_class=JsonRequest,
         type_decoders=TYPE_DECODERS,

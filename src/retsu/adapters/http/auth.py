@@ -42,7 +42,7 @@ import hashlib
 import hmac
 import logging
 import re
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -65,7 +65,9 @@ __all__ = [
     "ApiToken",
     "AuthConfig",
     "AuthMiddleware",
+    "Principal",
     "RouteResolver",
+    "TokenTable",
     "accepted_scopes",
     "app_route_resolver",
     "guarded",
@@ -276,6 +278,30 @@ _CREDENTIAL: Final = re.compile(rb"[\x21-\x7e]+")
 Principal = tuple[str, frozenset[str]]  # (token name, scopes)
 
 
+class TokenTable:
+    """The configured tokens as digests (the secrets themselves are not kept): the one
+    constant-time check shared by the API's bearer auth and the console's sign-in."""
+
+    def __init__(self, tokens: Iterable[ApiToken]) -> None:
+        self._tokens: tuple[tuple[bytes, Principal], ...] = tuple(
+            (hashlib.sha256(t.secret.encode("utf-8")).digest(), (t.name, t.scopes)) for t in tokens
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self._tokens)
+
+    def match(self, secret: bytes) -> Principal | None:
+        """The token whose secret this is, comparing against every token (no early exit):
+        fixed-size digests, so neither the secrets' lengths nor the matching position show
+        in the time taken."""
+        digest = hashlib.sha256(secret).digest()
+        found: Principal | None = None
+        for expected, principal in self._tokens:
+            if hmac.compare_digest(digest, expected):
+                found = principal
+        return found
+
+
 class AuthMiddleware:
     """Guards ``/v1`` (see the module docstring). Installed only when auth is enabled."""
 
@@ -286,25 +312,10 @@ class AuthMiddleware:
         resolve_route: RouteResolver | None = None,
     ) -> None:
         self.app = app
-        # Digests only: the secrets themselves are not kept.
-        self._tokens: tuple[tuple[bytes, Principal], ...] = tuple(
-            (hashlib.sha256(t.secret.encode("utf-8")).digest(), (t.name, t.scopes))
-            for t in config.tokens
-        )
+        self._tokens = TokenTable(config.tokens)
         self._resolve_route = resolve_route
         if not self._tokens:
             logger.warning("auth is enabled but no token is configured: every /v1 request gets 401")
-
-    def _match(self, secret: bytes) -> Principal | None:
-        """The token whose secret this is, comparing against every token (no early exit):
-        fixed-size digests, so neither the secrets' lengths nor the matching position show
-        in the time taken."""
-        digest = hashlib.sha256(secret).digest()
-        found: Principal | None = None
-        for expected, principal in self._tokens:
-            if hmac.compare_digest(digest, expected):
-                found = principal
-        return found
 
     def _authenticate(self, scope: Scope) -> _Refusal | Principal:
         value: bytes | None = None
@@ -321,7 +332,7 @@ class AuthMiddleware:
         credentials = credentials.strip(b" ")
         if _CREDENTIAL.fullmatch(credentials) is None:
             return MALFORMED
-        principal = self._match(credentials)
+        principal = self._tokens.match(credentials)
         return UNKNOWN if principal is None else principal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

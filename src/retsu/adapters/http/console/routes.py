@@ -1,0 +1,779 @@
+"""The console's pages and forms (SPEC §3.9).
+
+Every handler takes its use cases from the container by name, exactly like the JSON routes
+(``adapters/http/routes``), and builds the same commands with the same ``caller``: the
+rules, the audit rows and the errors are the API's. A form answers with a ``303`` to the
+page that shows the result (post/redirect/get), with a short notice in the address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Final
+from urllib.parse import urlencode
+from uuid import UUID
+
+from litestar import Request, Response, get, post
+from litestar.di import NamedDependency
+from litestar.params import PathParameter, QueryParameter
+from litestar.response import Template
+from markupsafe import Markup
+
+from retsu.adapters.http.console.charts import Series, line_chart, sparkline
+from retsu.adapters.http.console.forms import SETTING_LABELS, SETTINGS, SettingsForm
+from retsu.adapters.http.console.gate import (
+    PUBLIC,
+    ROOT,
+    ConsoleContext,
+    page,
+    refused,
+    safe_next,
+    see_other,
+)
+from retsu.adapters.http.console.session import ConsoleSessions
+from retsu.application.delete_dead_letter import DeleteDeadLetter, DeleteDeadLetterCommand
+from retsu.application.delete_message import DeleteMessage, DeleteMessageCommand
+from retsu.application.get_dead_letter import GetDeadLetter
+from retsu.application.get_message import GetMessage
+from retsu.application.get_queue import GetQueue, QueueWithStats
+from retsu.application.get_queue_history import GetQueueHistory, QueueHistoryQuery
+from retsu.application.list_audit_log import ListAuditLog, ListAuditLogQuery
+from retsu.application.list_consumers import ListConsumers, ListConsumersQuery
+from retsu.application.list_dead_letters import ListDeadLetters, ListDeadLettersQuery
+from retsu.application.list_messages import ListMessages, ListMessagesQuery
+from retsu.application.list_queues import ListQueues, ListQueuesQuery
+from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
+from retsu.application.purge_queue import PurgeQueue, PurgeQueueCommand
+from retsu.application.redrive_dead_letter import RedriveDeadLetter, RedriveDeadLetterCommand
+from retsu.application.redrive_dead_letters import RedriveDeadLetters, RedriveDeadLettersCommand
+from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
+from retsu.domain.audit import AuditAction, Caller
+from retsu.domain.consumer import ConsumerHealth
+from retsu.domain.errors import InvalidInput, QueueNotFound
+from retsu.domain.history import History
+from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT
+from retsu.domain.queue import Queue
+
+PAGE_SIZE: Final = 50
+# How many queues the audit log's queue filter offers by name.
+QUEUE_CHOICES: Final = 100
+
+Ctx = NamedDependency[ConsoleContext]
+# Parameters as the console reads them: ids in the path (canonical UUIDs, checked by the
+# API's request rules), free text in the query (each use case validates its own).
+PathId = Annotated[UUID, PathParameter()]
+Text = Annotated[str | None, QueryParameter()]
+# ``state`` is a name Litestar keeps for itself: the parameter takes another.
+StateText = Annotated[str | None, QueryParameter(name="state")]
+
+NOTICES: Final = {
+    "paused": "Queue paused: consumers get nothing until it is resumed.",
+    "resumed": "Queue resumed.",
+    "purged": "Purged {n} messages.",
+    "saved": "Settings saved.",
+    "unchanged": "Nothing to save: every setting already has that value.",
+    "redriven": "Dead letter redriven: it is back on the queue as a new message.",
+    "redriven_many": "Redrove {n} dead letters, oldest first.",
+    "dead_letter_deleted": "Dead letter deleted.",
+    "message_deleted": "Message deleted.",
+    "signed_out": "Signed out.",
+}
+
+
+def notice_text(notice: str | None, n: str | None) -> str | None:
+    template = NOTICES.get(notice or "")
+    if template is None:
+        return None
+    count = int(n) if n is not None and n.isdigit() and len(n) < 10 else 0
+    return template.format(n=f"{count:,}")
+
+
+def _queue_path(queue_id: UUID, tail: str = "", **query: object) -> str:
+    path = f"{ROOT}/queues/{queue_id}{tail}"
+    params = {k: str(v) for k, v in query.items() if v is not None}
+    return path + ("?" + urlencode(params) if params else "")
+
+
+def _live_messages(found: QueueWithStats) -> int:
+    stats = found.stats
+    return stats.ready + stats.in_flight + stats.delayed
+
+
+# -- overview ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    queue: Queue
+    found: QueueWithStats
+    healthy_consumers: int
+    depth: Markup | None = None
+    throughput: Markup | None = None
+
+
+# The overview counts healthy consumers a page of 100 at a time, up to this many pages.
+HEALTHY_PAGES: Final = 10
+SPARK_MINUTES: Final = 60
+
+
+async def _healthy_consumers(list_consumers: ListConsumers) -> dict[UUID, int]:
+    """Healthy consumers per queue (SPEC §3.7: seen within the last 30 s)."""
+    counts: dict[UUID, int] = {}
+    cursor: str | None = None
+    for _ in range(HEALTHY_PAGES):
+        listed = await list_consumers(
+            ListConsumersQuery(limit=100, cursor=cursor, health=ConsumerHealth.HEALTHY.value)
+        )
+        for view in listed.items:
+            counts[view.record.queue_id] = counts.get(view.record.queue_id, 0) + 1
+        cursor = listed.next_cursor
+        if cursor is None:
+            break
+    return counts
+
+
+def _depth(history: History) -> list[Series]:
+    points = history.points
+    return [
+        Series("ready", "Ready", [p.ready for p in points]),
+        Series("in_flight", "In flight", [p.in_flight for p in points]),
+        Series("delayed", "Delayed", [p.delayed for p in points]),
+        Series("dead_letters", "Dead letters", [p.dead_letters for p in points]),
+    ]
+
+
+def _throughput(history: History) -> list[Series]:
+    points = history.points
+    return [
+        Series("enqueued", "Enqueued", [p.counts.enqueued for p in points]),
+        Series("delivered", "Delivered", [p.counts.delivered for p in points]),
+        Series("acknowledged", "Acknowledged", [p.counts.acknowledged for p in points]),
+        Series("dead_lettered", "Dead-lettered", [p.counts.dead_lettered for p in points]),
+        Series("expired", "Expired", [p.counts.expired for p in points]),
+    ]
+
+
+async def _overview(
+    list_queues: ListQueues,
+    get_queue: GetQueue,
+    list_consumers: ListConsumers,
+    get_queue_history: GetQueueHistory,
+    cursor: str | None,
+) -> tuple[list[QueueRow], str | None]:
+    queues = await list_queues(ListQueuesQuery(limit=PAGE_SIZE, cursor=cursor))
+    healthy = await _healthy_consumers(list_consumers)
+    rows: list[QueueRow] = []
+    for queue in queues.items:
+        try:
+            found = await get_queue(queue.id)
+            history = await get_queue_history(QueueHistoryQuery(queue.id, SPARK_MINUTES))
+        except QueueNotFound:  # deleted meanwhile
+            continue
+        depth = _depth(history)[:1]  # ready: the depth that matters at a glance
+        flow = _throughput(history)[:3:2]  # enqueued and acknowledged: in and out
+        rows.append(
+            QueueRow(
+                queue,
+                found,
+                healthy.get(queue.id, 0),
+                sparkline(depth, label=f"{queue.name}: ready messages, last hour")
+                if history.points
+                else None,
+                sparkline(flow, label=f"{queue.name}: enqueued and acknowledged, last hour")
+                if history.points
+                else None,
+            )
+        )
+    return rows, queues.next_cursor
+
+
+@get("/", name="console:overview")
+async def overview(
+    ctx: Ctx,
+    list_queues: NamedDependency[ListQueues],
+    get_queue: NamedDependency[GetQueue],
+    list_consumers: NamedDependency[ListConsumers],
+    get_queue_history: NamedDependency[GetQueueHistory],
+    cursor: Text = None,
+) -> Template:
+    rows, next_cursor = await _overview(
+        list_queues, get_queue, list_consumers, get_queue_history, cursor
+    )
+    return page(ctx, "overview.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
+
+
+@get("/fragments/overview")
+async def overview_fragment(
+    ctx: Ctx,
+    list_queues: NamedDependency[ListQueues],
+    get_queue: NamedDependency[GetQueue],
+    list_consumers: NamedDependency[ListConsumers],
+    get_queue_history: NamedDependency[GetQueueHistory],
+    cursor: Text = None,
+) -> Template:
+    """The overview's table alone: what the live refresh swaps in every 5 s."""
+    rows, next_cursor = await _overview(
+        list_queues, get_queue, list_consumers, get_queue_history, cursor
+    )
+    return page(ctx, "_overview_table.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
+
+
+# -- one queue: settings, pause / resume, purge ------------------------------------------
+
+
+WINDOWS: Final = (("1h", "1 h", 60), ("24h", "24 h", 1440), ("7d", "7 d", 10080))
+
+
+@dataclass(frozen=True, slots=True)
+class Charts:
+    depth: Markup
+    throughput: Markup
+    interval: int
+    points: int
+
+
+async def _charts(get_queue_history: GetQueueHistory, queue: Queue, window: str) -> Charts:
+    minutes = next((m for key, _, m in WINDOWS if key == window), 60)
+    history = await get_queue_history(QueueHistoryQuery(queue.id, minutes))
+    end = datetime.now(UTC)
+    start = end - timedelta(minutes=minutes)
+    times = [point.at for point in history.points]
+    interval = history.interval_seconds
+    return Charts(
+        depth=line_chart(
+            times,
+            _depth(history),
+            start=start,
+            end=end,
+            interval_seconds=interval,
+            label=f"{queue.name}: depth over {window}",
+        ),
+        throughput=line_chart(
+            times,
+            _throughput(history),
+            start=start,
+            end=end,
+            interval_seconds=interval,
+            label=f"{queue.name}: throughput over {window}",
+        ),
+        interval=history.interval_seconds,
+        points=len(history.points),
+    )
+
+
+async def _queue_page(
+    ctx: ConsoleContext,
+    found: QueueWithStats,
+    get_queue_history: GetQueueHistory,
+    *,
+    window: str | None = None,
+    form: SettingsForm | None = None,
+    notice: str | None = None,
+    status: int = 200,
+) -> Template:
+    window = window if window in {key for key, _, _ in WINDOWS} else "1h"
+    return page(
+        ctx,
+        "queue.html",
+        status=status,
+        queue=found.queue,
+        stats=found.stats,
+        form=form or SettingsForm.of(found.queue),
+        settings=SETTINGS,
+        labels=SETTING_LABELS,
+        notice=notice,
+        charts=await _charts(get_queue_history, found.queue, window),
+        window=window,
+        windows=[(key, label) for key, label, _ in WINDOWS],
+        depth_series=_depth(History(0, [])),
+        throughput_series=_throughput(History(0, [])),
+        tab="queue",
+    )
+
+
+@get("/queues/{queue_id:str}")
+async def queue_page(
+    ctx: Ctx,
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    get_queue_history: NamedDependency[GetQueueHistory],
+    window: Text = None,
+    notice: Text = None,
+    n: Text = None,
+) -> Template:
+    found = await get_queue(queue_id)
+    return await _queue_page(
+        ctx, found, get_queue_history, window=window, notice=notice_text(notice, n)
+    )
+
+
+@post("/queues/{queue_id:str}/settings")
+async def save_settings(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    update_queue: NamedDependency[UpdateQueue],
+    get_queue_history: NamedDependency[GetQueueHistory],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    found = await get_queue(queue_id)
+    form = SettingsForm.submitted(await request.form())
+    changes = form.changes(found.queue)
+    if not form.errors:
+        if not changes:
+            return see_other(ctx, _queue_path(queue_id, notice="unchanged"))
+        try:
+            await update_queue(UpdateQueueCommand(queue_id=queue_id, caller=caller, **changes))
+        except InvalidInput as error:
+            form.fail(error.code, error.detail)
+    if form.errors:
+        return await _queue_page(ctx, found, get_queue_history, form=form, status=400)
+    return see_other(ctx, _queue_path(queue_id, notice="saved"))
+
+
+@post("/queues/{queue_id:str}/pause")
+async def pause(
+    ctx: Ctx,
+    queue_id: PathId,
+    pause_queue: NamedDependency[PauseQueue],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await pause_queue(PauseQueueCommand(queue_id, caller))
+    return see_other(ctx, _queue_path(queue_id, notice="paused"))
+
+
+@post("/queues/{queue_id:str}/resume")
+async def resume(
+    ctx: Ctx,
+    queue_id: PathId,
+    resume_queue: NamedDependency[ResumeQueue],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await resume_queue(PauseQueueCommand(queue_id, caller))
+    return see_other(ctx, _queue_path(queue_id, notice="resumed"))
+
+
+@get("/queues/{queue_id:str}/purge")
+async def confirm_purge(
+    ctx: Ctx, queue_id: PathId, get_queue: NamedDependency[GetQueue]
+) -> Template:
+    found = await get_queue(queue_id)
+    return page(ctx, "purge.html", queue=found.queue, stats=found.stats, live=_live_messages(found))
+
+
+@post("/queues/{queue_id:str}/purge")
+async def purge(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    purge_queue: NamedDependency[PurgeQueue],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    found = await get_queue(queue_id)
+    typed = str((await request.form()).get("confirm_name", "")).strip()
+    if typed != found.queue.name:
+        return page(
+            ctx,
+            "purge.html",
+            status=400,
+            queue=found.queue,
+            stats=found.stats,
+            live=_live_messages(found),
+            error=f"Type the queue's name, {found.queue.name}, to confirm. Nothing was purged.",
+            typed=typed,
+        )
+    purged = await purge_queue(PurgeQueueCommand(queue_id, caller))
+    return see_other(ctx, _queue_path(queue_id, notice="purged", n=purged))
+
+
+# -- the message browser (SPEC §3.6) -------------------------------------------------------
+
+STATES: Final = (
+    ("", "All live"),
+    ("ready", "Ready"),
+    ("in_flight", "In flight"),
+    ("delayed", "Delayed"),
+)
+PRIORITIES: Final = ("", "HIGH", "MEDIUM", "LOW")
+
+
+@get("/queues/{queue_id:str}/messages")
+async def messages(
+    ctx: Ctx,
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    list_messages: NamedDependency[ListMessages],
+    message_state: StateText = None,
+    priority: Text = None,
+    cursor: Text = None,
+    notice: Text = None,
+) -> Template:
+    found = await get_queue(queue_id)
+    # An empty filter (the "all" choice of a form) means no filter; anything else is the
+    # use case's to judge (invalid_state, invalid_priority, invalid_cursor).
+    listed = await list_messages(
+        ListMessagesQuery(
+            queue_id=queue_id,
+            state=message_state or None,
+            priority=priority or None,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
+    )
+    filters = {"state": message_state or "", "priority": priority or ""}
+    here = _queue_path(queue_id, "/messages", **{k: v for k, v in filters.items() if v})
+    if cursor:
+        here += ("&" if "?" in here else "?") + urlencode({"cursor": cursor})
+    return page(
+        ctx,
+        "messages.html",
+        queue=found.queue,
+        stats=found.stats,
+        items=listed.items,
+        next_cursor=listed.next_cursor,
+        cursor=cursor,
+        state=filters["state"],
+        priority=filters["priority"],
+        filters=filters,
+        states=STATES,
+        priorities=PRIORITIES,
+        here=here,
+        notice=notice_text(notice, None),
+        tab="messages",
+    )
+
+
+def _messages_list(queue_id: UUID, back: object) -> str:
+    """The message list to go back to: the one given (filters, page) if it is this queue's
+    list, else the plain list."""
+    target = safe_next(back)
+    plain = _queue_path(queue_id, "/messages")
+    return target if target == plain or target.startswith(plain + "?") else plain
+
+
+@get("/queues/{queue_id:str}/messages/{message_id:str}")
+async def message(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    get_message: NamedDependency[GetMessage],
+    back: Text = None,
+) -> Template:
+    found = await get_queue(queue_id)
+    item = await get_message(queue_id, message_id)
+    return page(
+        ctx,
+        "message.html",
+        queue=found.queue,
+        item=item,
+        back=_messages_list(queue_id, back),
+        tab="messages",
+    )
+
+
+@post("/queues/{queue_id:str}/messages/{message_id:str}/delete")
+async def delete_message(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    message_id: PathId,
+    delete_message: NamedDependency[DeleteMessage],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await delete_message(
+        DeleteMessageCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+    # Back to the list the delete came from (its filters and page), with the notice.
+    back = _messages_list(queue_id, (await request.form()).get("back"))
+    separator = "&" if "?" in back else "?"
+    return see_other(ctx, f"{back}{separator}notice=message_deleted")
+
+
+# -- dead letters --------------------------------------------------------------------------
+
+
+async def _dead_letters_page(
+    ctx: ConsoleContext,
+    queue_id: UUID,
+    get_queue: GetQueue,
+    list_dead_letters: ListDeadLetters,
+    *,
+    cursor: str | None = None,
+    notice: str | None = None,
+    limit_text: str = str(DEFAULT_REDRIVE_LIMIT),
+    limit_error: str | None = None,
+    status: int = 200,
+) -> Template:
+    found = await get_queue(queue_id)
+    records = await list_dead_letters(
+        ListDeadLettersQuery(queue_id=queue_id, limit=PAGE_SIZE, cursor=cursor)
+    )
+    return page(
+        ctx,
+        "dead_letters.html",
+        status=status,
+        queue=found.queue,
+        stats=found.stats,
+        records=records.items,
+        next_cursor=records.next_cursor,
+        cursor=cursor,
+        notice=notice,
+        limit_text=limit_text,
+        limit_error=limit_error,
+        redrive_limit=REDRIVE_LIMIT,
+        tab="dead_letters",
+    )
+
+
+@get("/queues/{queue_id:str}/dead-letters")
+async def dead_letters(
+    ctx: Ctx,
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    list_dead_letters: NamedDependency[ListDeadLetters],
+    cursor: Text = None,
+    notice: Text = None,
+    n: Text = None,
+) -> Template:
+    return await _dead_letters_page(
+        ctx, queue_id, get_queue, list_dead_letters, cursor=cursor, notice=notice_text(notice, n)
+    )
+
+
+@get("/queues/{queue_id:str}/dead-letters/{message_id:str}")
+async def dead_letter(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    get_dead_letter: NamedDependency[GetDeadLetter],
+) -> Template:
+    found = await get_queue(queue_id)
+    record = await get_dead_letter(queue_id, message_id)
+    return page(ctx, "dead_letter.html", queue=found.queue, record=record, tab="dead_letters")
+
+
+@post("/queues/{queue_id:str}/dead-letters/redrive")
+async def redrive_many(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    queue_id: PathId,
+    get_queue: NamedDependency[GetQueue],
+    list_dead_letters: NamedDependency[ListDeadLetters],
+    redrive_dead_letters: NamedDependency[RedriveDeadLetters],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    text = str((await request.form()).get("limit", "")).strip()
+    try:
+        limit = int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
+        if limit is None:
+            raise InvalidInput(
+                f"limit must be a whole number from {REDRIVE_LIMIT.low} to {REDRIVE_LIMIT.high}.",
+                code=REDRIVE_LIMIT.code,
+            )
+        redriven = await redrive_dead_letters(
+            RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller)
+        )
+    except InvalidInput as error:
+        return await _dead_letters_page(
+            ctx,
+            queue_id,
+            get_queue,
+            list_dead_letters,
+            limit_text=text,
+            limit_error=error.detail,
+            status=400,
+        )
+    return see_other(
+        ctx, _queue_path(queue_id, "/dead-letters", notice="redriven_many", n=redriven)
+    )
+
+
+@post("/queues/{queue_id:str}/dead-letters/{message_id:str}/redrive")
+async def redrive_one(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    redrive_dead_letter: NamedDependency[RedriveDeadLetter],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await redrive_dead_letter(
+        RedriveDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+    return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="redriven"))
+
+
+@post("/queues/{queue_id:str}/dead-letters/{message_id:str}/delete")
+async def delete_dead_letter(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    delete_dead_letter: NamedDependency[DeleteDeadLetter],
+    caller: NamedDependency[Caller],
+) -> Response[Any]:
+    await delete_dead_letter(
+        DeleteDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    )
+    return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="dead_letter_deleted"))
+
+
+# -- consumers -----------------------------------------------------------------------------
+
+
+def _queue_filter(queue_id: str | None) -> UUID | None:
+    if not queue_id:
+        return None
+    try:
+        return UUID(queue_id)
+    except ValueError:
+        raise InvalidInput("queue_id must be a UUID.", code="invalid_queue_id") from None
+
+
+@get("/consumers")
+async def consumers(
+    ctx: Ctx,
+    list_consumers: NamedDependency[ListConsumers],
+    list_queues: NamedDependency[ListQueues],
+    queue_id: Text = None,
+    health: Text = None,
+    cursor: Text = None,
+) -> Template:
+    queue_filter = _queue_filter(queue_id)
+    listed = await list_consumers(
+        ListConsumersQuery(
+            limit=PAGE_SIZE, cursor=cursor or None, queue_id=queue_filter, health=health or None
+        )
+    )
+    queues = await list_queues(ListQueuesQuery(limit=QUEUE_CHOICES))
+    return page(
+        ctx,
+        "consumers.html",
+        consumers=listed.items,
+        next_cursor=listed.next_cursor,
+        cursor=cursor,
+        queues=queues.items,
+        names={str(q.id): q.name for q in queues.items},
+        queue_id=str(queue_filter) if queue_filter else "",
+        health=health or "",
+        healths=[h.value for h in ConsumerHealth],
+        now=datetime.now(UTC),
+    )
+
+
+# -- audit log -----------------------------------------------------------------------------
+
+
+@get("/audit")
+async def audit_log(
+    ctx: Ctx,
+    list_audit_log: NamedDependency[ListAuditLog],
+    list_queues: NamedDependency[ListQueues],
+    queue_id: Text = None,
+    action: Text = None,
+    cursor: Text = None,
+) -> Template:
+    queue_filter = _queue_filter(queue_id)
+    records = await list_audit_log(
+        ListAuditLogQuery(
+            limit=PAGE_SIZE, cursor=cursor, queue_id=queue_filter, action=action or None
+        )
+    )
+    queues = await list_queues(ListQueuesQuery(limit=QUEUE_CHOICES))
+    return page(
+        ctx,
+        "audit.html",
+        records=records.items,
+        next_cursor=records.next_cursor,
+        cursor=cursor,
+        queues=queues.items,
+        names={str(q.id): q.name for q in queues.items},
+        actions=[a.value for a in AuditAction],
+        queue_id=str(queue_filter) if queue_filter else "",
+        action=action or "",
+    )
+
+
+# -- signing in and out --------------------------------------------------------------------
+
+
+@get("/sign-in", opt={PUBLIC: True})
+async def sign_in_page(
+    ctx: Ctx,
+    console_sessions: NamedDependency[ConsoleSessions],
+    next: Text = None,
+    notice: Text = None,
+) -> Response[Any]:
+    target = safe_next(next)
+    if not console_sessions.auth_enabled or ctx.operator is not None:
+        return see_other(ctx, target)
+    return page(ctx, "sign_in.html", next=target, notice=notice_text(notice, None))
+
+
+@post("/sign-in", opt={PUBLIC: True})
+async def sign_in(
+    ctx: Ctx,
+    request: Request[Any, Any, Any],
+    console_sessions: NamedDependency[ConsoleSessions],
+) -> Response[Any]:
+    form = await request.form()
+    target = safe_next(form.get("next"))
+    if not console_sessions.auth_enabled:
+        return see_other(ctx, target)
+    secret = str(form.get("token", "")).strip()
+    session = await console_sessions.sign_in(secret) if secret else None
+    operator = console_sessions.operator(session)
+    if session is None or operator is None:
+        return page(ctx, "sign_in.html", status=401, next=target, error="That token is not valid.")
+    if not console_sessions.may_view(operator):
+        return page(
+            ctx,
+            "sign_in.html",
+            status=403,
+            next=target,
+            error=f"Token “{operator.name}” has neither the admin nor the read scope "
+            "the console needs.",
+        )
+    ctx.new_cookie = await console_sessions.dump(session)
+    return see_other(ctx, target)
+
+
+@post("/sign-out", opt={PUBLIC: True})
+async def sign_out(ctx: Ctx, console_sessions: NamedDependency[ConsoleSessions]) -> Response[Any]:
+    # A new anonymous session replaces the signed-in one (its id changes too).
+    ctx.new_cookie = await console_sessions.dump(console_sessions.anonymous())
+    if not console_sessions.auth_enabled:
+        return see_other(ctx, ROOT + "/")
+    return see_other(ctx, f"{ROOT}/sign-in?notice=signed_out")
+
+
+def not_found_page(ctx: ConsoleContext) -> Template:
+    return refused(ctx, 404, "Not found", "There is no console page at this address.")
+
+
+ROUTES = [
+    overview,
+    overview_fragment,
+    queue_page,
+    save_settings,
+    pause,
+    resume,
+    confirm_purge,
+    purge,
+    messages,
+    message,
+    delete_message,
+    dead_letters,
+    dead_letter,
+    redrive_many,
+    redrive_one,
+    delete_dead_letter,
+    consumers,
+    audit_log,
+    sign_in_page,
+    sign_in,
+    sign_out,
+]
