@@ -571,20 +571,20 @@ def _state_query(one_queue: bool) -> str:
     )
 
 
-STATE = f"""
+STATE = """
 CREATE FUNCTION retsu_queue_state(p_queue_id uuid)
 RETURNS TABLE (
     queue_id uuid, queue_name text, priority smallint, ready bigint, in_flight bigint,
     delayed bigint, dead_letters bigint, oldest_ready_age_seconds double precision,
     oldest_in_flight_age_seconds double precision)
-LANGUAGE plpgsql STABLE {{PINNED}}
+LANGUAGE plpgsql STABLE {PINNED}
 AS $$
 #variable_conflict use_column
 BEGIN
     IF p_queue_id IS NULL THEN
-        RETURN QUERY {{all_queues}};
+        RETURN QUERY {all_queues};
     ELSE
-        RETURN QUERY {{one_queue}};
+        RETURN QUERY {one_queue};
     END IF;
 END
 $$;
