@@ -284,6 +284,7 @@ class UseCaseContainer(containers.DeclarativeContainer):
         details=lookups.details,
         ids=core.ids,
         events=core.metrics,
+        names=lookups.names,
     )
     dequeue = providers.Singleton(
         Dequeue,
