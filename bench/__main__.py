@@ -12,7 +12,7 @@ from bench.scenarios import SCENARIOS, Config
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-SYSTEMS = ("retsu", "floor", "pgqueuer")
+SYSTEMS = ("retsu", "floor", "minimal", "pgqueuer")
 
 
 def _csv(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
@@ -31,7 +31,8 @@ def _csv(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Retsu over HTTP vs a raw-SQL floor vs PgQueuer on the same PostgreSQL. "
+        description="Retsu over HTTP vs its raw-SQL floor vs the minimal floor (one-index "
+        "table) vs PgQueuer on the same PostgreSQL. "
         "Each system gets a database of its own, created and dropped by the run.",
     )
     parser.add_argument(

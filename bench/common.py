@@ -1,4 +1,4 @@
-"""What the three systems share: databases of their own, payloads, SQL prefill, monitors."""
+"""What the systems share: databases of their own, payloads, SQL prefill, monitors."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ import asyncpg
 import psutil  # type: ignore[import-untyped]
 
 from retsu.adapters.postgres.counters import count_stored
+from retsu.adapters.postgres.tables import MessageState
 
 PAYLOAD_BYTES = 512
 # Retsu's priorities and their stored values; the mix is HIGH, MEDIUM, LOW in turn.
 PRIORITY_VALUES = (3, 2, 1)
 DEFAULT_TTL_SECONDS = 604800  # a queue's default message lifetime (7 days)
+DELAYED_STATE = int(MessageState.DELAYED)  # inside its first delay (migration 0005)
 
 
 def payload(size: int = PAYLOAD_BYTES) -> str:
@@ -109,6 +111,36 @@ async def retsu_prefill(
     connection: asyncpg.Connection, queue_id: uuid.UUID, count: int, body: str
 ) -> None:
     await connection.execute(RETSU_PREFILL, queue_id, body, float(DEFAULT_TTL_SECONDS), count)
+
+
+# Messages inside their first delay, as Retsu's enqueue writes them with a delay: DELAYED,
+# HIGH priority (so they sit at the head of the queue's delivery order), deliverable only
+# after ``$5`` seconds.
+RETSU_PREFILL_DELAYED = f"""
+WITH stored AS (
+    INSERT INTO queue_message
+        (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
+         delivery_attempts)
+    SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+            || '7' || substr(md5(i::text || random()::text), 1, 3)
+            || substr('89ab', 1 + floor(random() * 4)::int, 1)
+            || substr(md5(random()::text || i::text), 1, 15))::uuid,
+           $1, $2, 3::smallint, {DELAYED_STATE}, now(),
+           now() + make_interval(secs => $3), now() + make_interval(secs => $5), 0
+    FROM generate_series(1, $4::integer) AS i
+    ORDER BY i
+    RETURNING queue_id, id, priority, state
+), {count_stored("stored")}
+SELECT count(*) FROM stored
+"""
+
+
+async def retsu_prefill_delayed(
+    connection: asyncpg.Connection, queue_id: uuid.UUID, count: int, body: str, seconds: int
+) -> None:
+    await connection.execute(
+        RETSU_PREFILL_DELAYED, queue_id, body, float(DEFAULT_TTL_SECONDS), count, float(seconds)
+    )
 
 
 async def retsu_reset(connection: asyncpg.Connection) -> None:

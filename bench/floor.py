@@ -25,6 +25,7 @@ from bench.common import (
     OpError,
     payload,
     retsu_prefill,
+    retsu_prefill_delayed,
     retsu_reset,
 )
 from bench.retsu_system import migrate
@@ -224,3 +225,7 @@ class FloorSystem:
     async def prefill(self, count: int) -> None:
         assert self._sql is not None
         await retsu_prefill(self._sql, self.queue_id, count, self.payload)
+
+    async def prefill_delayed(self, count: int, seconds: int) -> None:
+        assert self._sql is not None
+        await retsu_prefill_delayed(self._sql, self.queue_id, count, self.payload, seconds)

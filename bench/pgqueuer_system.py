@@ -157,6 +157,18 @@ class PgQueuerSystem:
             )
             count -= n
 
+    async def prefill_delayed(self, count: int, seconds: int) -> None:
+        """HIGH-priority jobs that become due only after ``seconds`` (``execute_after``)."""
+        while count > 0:
+            n = min(count, 10_000)
+            await self._admin_queries.enqueue(
+                [ENTRYPOINT] * n,
+                [self.body] * n,
+                [max(PRIORITY_VALUES)] * n,
+                [timedelta(seconds=seconds)] * n,
+            )
+            count -= n
+
     async def analyze(self) -> None:
         assert self._sql is not None
         await self._sql.execute(f'ANALYZE "{self._tables()[0]}"')
@@ -236,9 +248,13 @@ class PgQueuerSystem:
             if not task.done():
                 task.cancel()
 
-    async def steady(self, cfg: Config, backlog: int, scenario: str, window: Window) -> Result:
+    async def steady(
+        self, cfg: Config, backlog: int, scenario: str, window: Window, *, delayed: int = 0
+    ) -> Result:
         from bench.scenarios import BacklogKeeper
 
+        if delayed:
+            await self.prefill_delayed(delayed, cfg.delayed_seconds)
         consumed = Counter()
         keeper = BacklogKeeper(self.prefill, consumed, backlog, cfg.keeper_chunk)
         await keeper.fill()
@@ -259,6 +275,8 @@ class PgQueuerSystem:
         result = Result(scenario, self.name, self.key, messages, seconds, latency, cpu)
         result.notes.append(f"{self.consumers} QueueManagers, batch_size=1")
         result.extra["backlog_target"] = backlog
+        if delayed:
+            result.extra["delayed"] = delayed
         if note:
             result.notes.append(note)
         return result

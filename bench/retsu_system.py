@@ -22,7 +22,7 @@ import msgspec
 import psutil  # type: ignore[import-untyped]
 
 from bench.client import Connection, DeliveredOut, Requests, encode_request, wait_until_ready
-from bench.common import OpError, payload, retsu_prefill, retsu_reset
+from bench.common import OpError, payload, retsu_prefill, retsu_prefill_delayed, retsu_reset
 
 # How `retsu` is started. BENCH_RETSU_COMMAND (a command line, e.g. a patched
 # launcher) lets a proposed change be measured before it lands in src/.
@@ -150,7 +150,7 @@ class RetsuApi:
             children = psutil.Process(self.process.pid).children()
         except psutil.Error:
             return []
-        return [child.pid for child in children]
+        return [child.pid for child in children if not _helper(child)]
 
     def connection_spread(self) -> list[int]:
         """How many established client connections each API process holds."""
@@ -182,6 +182,14 @@ class RetsuApi:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def _helper(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker, which the spawning supervisor starts too."""
+    try:
+        return any("resource_tracker" in part for part in process.cmdline())
+    except psutil.Error:
+        return True
 
 
 def _balanced(spread: list[int]) -> bool:
@@ -354,6 +362,10 @@ class RetsuSystem:
     async def prefill(self, count: int) -> None:
         assert self._sql is not None and self.queue_id is not None
         await retsu_prefill(self._sql, self.queue_id, count, self.payload)
+
+    async def prefill_delayed(self, count: int, seconds: int) -> None:
+        assert self._sql is not None
+        await retsu_prefill_delayed(self._sql, self.queue_id, count, self.payload, seconds)
 
     def api_pids(self) -> list[int]:
         return self.api.api_pids()

@@ -1,7 +1,7 @@
 """Runs every scenario on every system, interleaved, and collects the results.
 
-Scenario-major order: each scenario runs on Retsu, then the floor, then PgQueuer,
-before the next scenario starts, so the three systems of one row are measured
+Scenario-major order: each scenario runs on Retsu, then its SQL floor, then the minimal
+floor, then PgQueuer, before the next scenario starts, so the systems of one row are measured
 minutes apart at most on a machine whose background load drifts.
 """
 
@@ -16,6 +16,7 @@ from typing import Any, cast
 from bench import scenarios
 from bench.common import CpuUse, CpuWindow, Databases, RssSampler
 from bench.floor import FloorSystem
+from bench.minimal_system import MinimalSystem
 from bench.pgqueuer_system import PgQueuerSystem
 from bench.retsu_system import RetsuSystem
 from bench.scenarios import Config, Result, System
@@ -30,7 +31,7 @@ class Options:
     redis_url: str | None = None
     connect_burst: bool = False
     pgbouncer_url: str | None = None  # Retsu's database.url through it (its own URL)
-    systems: tuple[str, ...] = ("retsu", "floor", "pgqueuer")
+    systems: tuple[str, ...] = ("retsu", "floor", "minimal", "pgqueuer")
     scenarios: tuple[str, ...] = scenarios.SCENARIOS
     config: Config = field(default_factory=Config)
 
@@ -90,11 +91,15 @@ async def run_one(
             total = cfg.drain_batch if batch else cfg.drain_single
             return await system.drain(cfg, system.batch_size if batch else 1, total, window)
         return await scenarios.drain(system, cfg, batch, scenario, window)
-    if scenario in ("backlog-1k", "backlog-100k"):
-        backlog = cfg.backlog_small if scenario == "backlog-1k" else cfg.backlog_large
+    if scenario in ("backlog-1k", "backlog-100k", "delayed-head"):
+        backlog = cfg.backlog_large if scenario == "backlog-100k" else cfg.backlog_small
+        # delayed-head: backlog-1k with delayed HIGH messages ahead of the backlog.
+        delayed = cfg.delayed_head if scenario == "delayed-head" else 0
         if isinstance(system, PgQueuerSystem):
-            return await system.steady(cfg, backlog, scenario, window)
-        return await scenarios.steady(system, cfg, backlog, scenario, system.prefill, window)
+            return await system.steady(cfg, backlog, scenario, window, delayed=delayed)
+        return await scenarios.steady(
+            system, cfg, backlog, scenario, system.prefill, window, delayed=delayed
+        )
     if scenario == "mixed":
         enqueue_peak = peaks.get(f"{system.key}:enqueue-1")
         if enqueue_peak is None:  # no enqueue-1 this run: measure the peak briefly first
@@ -154,6 +159,14 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(floor)
             await floor.start()
+        if "minimal" in options.systems:
+            log("starting the minimal floor")
+            minimal = MinimalSystem(
+                await databases.create("minimal"),
+                pool_size=options.workers * options.db_connections,
+            )
+            systems.append(minimal)
+            await minimal.start()
         if "pgqueuer" in options.systems:
             log("starting PgQueuer")
             pgq = PgQueuerSystem(

@@ -37,6 +37,7 @@ SCENARIOS = (
     "dequeue-ack-100",
     "backlog-1k",
     "backlog-100k",
+    "delayed-head",
     "mixed",
 )
 
@@ -47,6 +48,7 @@ TITLES = {
     "dequeue-ack-100": "dequeue + ack, batches of 100",
     "backlog-1k": "dequeue + ack (1 per request), backlog ~1,000",
     "backlog-100k": "dequeue + ack (1 per request), backlog ~100,000",
+    "delayed-head": "dequeue + ack (1 per request), backlog ~1,000 behind 30,000 delayed",
     "mixed": "mixed: paced producers + consumers at half the peak",
 }
 
@@ -78,13 +80,20 @@ class System(Protocol):
 
     async def analyze(self) -> None: ...
 
+    async def prefill_delayed(self, count: int, seconds: int) -> None:
+        """``count`` HIGH-priority messages deliverable only after ``seconds``: ahead of
+        every ready message in delivery order, but not deliverable."""
+        ...
+
 
 class ConsumingSystem(System, Protocol):
     """A system whose consumer is its own (PgQueuer): it runs the consuming scenarios."""
 
     async def drain(self, cfg: Config, batch: int, total: int, window: Window) -> Result: ...
 
-    async def steady(self, cfg: Config, backlog: int, scenario: str, window: Window) -> Result: ...
+    async def steady(
+        self, cfg: Config, backlog: int, scenario: str, window: Window, *, delayed: int = 0
+    ) -> Result: ...
 
     async def mixed(self, cfg: Config, rate: float, window: Window) -> Result: ...
 
@@ -98,6 +107,8 @@ class Config:
     drain_max_seconds: float = 45.0  # a drain stops here; its rate is still done / time
     backlog_small: int = 1_000
     backlog_large: int = 100_000
+    delayed_head: int = 30_000  # delayed messages ahead of the backlog (delayed-head)
+    delayed_seconds: int = 3_600  # their delay: longer than any run
     warmup_messages: int = 20_000
     warmup_max_seconds: float = 30.0
     keeper_chunk: int = 500
@@ -334,7 +345,13 @@ async def steady(
     scenario: str,
     insert: Callable[[int], Awaitable[None]],
     window: Window,
+    *,
+    delayed: int = 0,
 ) -> Result:
+    """Dequeue + ack one at a time over a kept-up backlog; with ``delayed``, that many
+    delayed HIGH messages sit ahead of it for the whole run (delayed-head)."""
+    if delayed:
+        await system.prefill_delayed(delayed, cfg.delayed_seconds)
     consumed = Counter()
     keeper = BacklogKeeper(insert, consumed, backlog, cfg.keeper_chunk)
     await keeper.fill()
@@ -355,6 +372,8 @@ async def steady(
             o.close()
     result = Result(scenario, system.name, system.key, messages, seconds, latency, cpu)
     result.extra["backlog_target"] = backlog
+    if delayed:
+        result.extra["delayed"] = delayed
     if note:
         result.notes.append(note)
     return result

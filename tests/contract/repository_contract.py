@@ -662,6 +662,17 @@ class RepositoryContract(MessageBrowsingContract, ObservedContract):
         await q.advance(3)
         assert await q.take_payloads(10) == ["later"]
 
+    async def test_a_message_without_a_lifetime_gets_the_queue_default_when_stored(
+        self, harness: RepositoryHarness
+    ) -> None:
+        q = await self.scenario(harness, default_message_ttl_seconds=60)
+        default = MessageToStore(uuid7(), "default", Priority.HIGH, None, 0)
+        await q.send(default, message("own", Priority.LOW, ttl=3600))
+        await q.advance(59)
+        assert await q.take_payloads(10, visibility=1) == ["default", "own"]
+        await q.advance(2)  # both leases over; the default lifetime (60 s) too
+        assert await q.take_payloads(10) == ["own"]
+
     async def test_an_expired_message_is_never_delivered_but_stays_for_the_cleaner(
         self, q: Scenario
     ) -> None:

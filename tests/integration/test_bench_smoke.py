@@ -56,3 +56,67 @@ async def test_the_load_generator_drives_a_real_api(
     # The floor compiles Retsu's own statements for asyncpg.
     statements = Statements.from_retsu()
     assert "$1" in statements.dequeue.sql and "queue_id" in statements.dequeue.order
+
+
+async def test_the_minimal_floor_and_the_delayed_head_scenario(
+    postgres_server: PostgresServer, bench_database: str
+) -> None:
+    """The minimal floor runs every kind of scenario, and delayed-head keeps its delayed
+    messages out of delivery (on the minimal floor and on Retsu's SQL floor)."""
+    from bench import scenarios
+    from bench.common import CpuWindow, plain_url
+    from bench.floor import FloorSystem
+    from bench.minimal_system import MinimalSystem
+
+    database_url = plain_url(bench_database)
+    name = database_url.rsplit("/", 1)[1]
+    window = CpuWindow(postgres_server.admin_url, [name], [])
+    cfg = scenarios.Config(
+        duration=0.3,
+        connections=3,
+        drain_single=100,
+        drain_batch=300,
+        backlog_small=50,
+        warmup_messages=20,
+        warmup_max_seconds=5,
+        keeper_chunk=20,
+        delayed_head=200,
+    )
+
+    minimal = MinimalSystem(database_url, pool_size=3)
+    await minimal.start()
+    try:
+        await minimal.new_queue()
+        enqueued = await scenarios.enqueue_closed_loop(minimal, cfg, True, "enqueue-100", window)
+        assert enqueued.latency.errors == {} and enqueued.messages > 0
+        await minimal.new_queue()
+        drained = await scenarios.drain(minimal, cfg, True, "dequeue-ack-100", window)
+        assert drained.messages == cfg.drain_batch
+        await minimal.new_queue()
+        steady = await scenarios.steady(
+            minimal, cfg, 50, "delayed-head", minimal.prefill, window, delayed=cfg.delayed_head
+        )
+        assert steady.messages > 0 and steady.extra["delayed"] == cfg.delayed_head
+        left = await minimal.pool.fetchval(
+            "SELECT count(*) FROM minimal_message WHERE lease_until > now() + interval '10 min'"
+        )
+        assert left == cfg.delayed_head  # none of them delivered
+    finally:
+        await minimal.stop()
+
+    floor = FloorSystem(database_url, pool_size=3)
+    await floor.start()  # `retsu migrate` into the same database (other tables)
+    try:
+        await floor.new_queue()
+        steady = await scenarios.steady(
+            floor, cfg, 50, "delayed-head", floor.prefill, window, delayed=cfg.delayed_head
+        )
+        assert steady.latency.errors == {} and steady.messages > 0
+        counts = await floor.pool.fetchrow(
+            "SELECT sum(delayed) AS delayed, sum(enqueued) AS enqueued "
+            "FROM queue_state_rollup WHERE queue_id = $1",
+            floor.queue_id,
+        )
+        assert counts["delayed"] == cfg.delayed_head  # counted as Retsu counts them
+    finally:
+        await floor.stop()

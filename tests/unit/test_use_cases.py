@@ -43,7 +43,7 @@ class World:
         ids = Uuid7Generator()
         self.create_queue = CreateQueue(self.repository, self.details, self.names, ids, self.clock)
         self.update_queue = UpdateQueue(self.repository, self.details, self.names)
-        self.enqueue = Enqueue(self.repository, self.details, ids, self.events)
+        self.enqueue = Enqueue(self.repository, self.details, ids, self.events, self.names)
         self.dequeue = Dequeue(self.repository, self.names, self.events)
         self.acknowledge = Acknowledge(self.repository, self.names, self.events)
 
@@ -233,6 +233,50 @@ async def test_a_message_without_ttl_lives_as_long_as_the_queue_default(world: W
     world.clock.advance(2)  # lease over, and the lifetime too (61 s)
     assert await world.receive(queue) == []
     assert first.delivery_attempts == 1
+
+
+class CountingDetails:
+    """QueueDetails that counts its lookups."""
+
+    def __init__(self, inner: RepositoryQueueDetails) -> None:
+        self.inner = inner
+        self.lookups = 0
+
+    async def details_of(self, queue_id: UUID) -> Queue:
+        self.lookups += 1
+        return await self.inner.details_of(queue_id)
+
+    async def remember(self, queue: Queue) -> None:
+        await self.inner.remember(queue)
+
+    async def forget(self, queue_id: UUID) -> None:
+        await self.inner.forget(queue_id)
+
+
+async def test_only_a_delay_without_its_own_lifetime_needs_the_queue_settings(
+    world: World,
+) -> None:
+    queue = await world.queue(default_message_ttl_seconds=60)
+    details = CountingDetails(world.details)
+    enqueue = Enqueue(world.repository, details, Uuid7Generator(), world.events, world.names)
+    plain = [NewMessage.parse("a", "LOW"), NewMessage.parse("b", "LOW", 30, 10)]
+    await enqueue(EnqueueCommand(queue.id, plain, batch=True))
+    assert details.lookups == 0  # the name (for the metrics) is all it looked up
+    await enqueue(EnqueueCommand(queue.id, [NewMessage.parse("c", "LOW", delay_seconds=10)]))
+    assert details.lookups == 1
+    with pytest.raises(InvalidInput) as raised:  # still checked before anything is stored
+        await enqueue(EnqueueCommand(queue.id, [NewMessage.parse("d", "LOW", 30, 30)]))
+    assert raised.value.code == "invalid_delay"
+    assert world.events.counts == {("enqueued", "orders", "LOW"): 3}
+
+
+async def test_the_default_lifetime_is_the_queues_at_the_time_of_storing(world: World) -> None:
+    queue = await world.queue(default_message_ttl_seconds=60, visibility_timeout_seconds=1)
+    await world.send(queue, "before")  # warms every cache
+    await world.update_queue(UpdateQueueCommand(queue.id, default_message_ttl_seconds=10))
+    await world.send(queue, "after")
+    world.clock.advance(11)
+    assert [d.payload for d in await world.receive(queue, max_messages=10)] == ["before"]
 
 
 async def test_a_message_ttl_overrides_the_queue_default(world: World) -> None:

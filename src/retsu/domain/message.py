@@ -85,7 +85,25 @@ class NewMessage:
         )
 
     def to_store(self, message_id: UUID, settings: QueueSettings) -> MessageToStore:
-        lifetime = self.lifetime_in(settings)
+        return self._checked(message_id, self.lifetime_in(settings))
+
+    @property
+    def needs_queue_settings(self) -> bool:
+        """Whether checking this message needs the queue's default lifetime: only a delay
+        without a lifetime of its own does (the delay must be shorter than it)."""
+        return bool(self.delay_seconds) and self.ttl_seconds is None
+
+    def to_store_with_default_lifetime(self, message_id: UUID) -> MessageToStore:
+        """The message to store, its lifetime left to the queue's default when it has none
+        (``ttl_seconds`` None: storage reads the default in the storing transaction). Only
+        for a message that does not ``needs_queue_settings``."""
+        if self.needs_queue_settings:
+            raise ValueError("this message's delay must be checked against the queue default")
+        if self.ttl_seconds is None:
+            return MessageToStore(message_id, self.payload, self.priority, None, 0)
+        return self._checked(message_id, self.ttl_seconds)
+
+    def _checked(self, message_id: UUID, lifetime: int) -> MessageToStore:
         delay = self.delay_seconds or 0
         if delay >= lifetime:
             raise InvalidInput(
@@ -104,12 +122,14 @@ class NewMessage:
 
 @dataclass(frozen=True, slots=True)
 class MessageToStore:
-    """A fully resolved message; storage stamps times from its own clock."""
+    """A checked message; storage stamps times from its own clock. ``ttl_seconds`` None:
+    the queue's default lifetime, read by storage in the transaction that stores it (the
+    delay is then 0, so nothing about it depends on that default)."""
 
     id: UUID
     payload: str
     priority: Priority
-    ttl_seconds: int
+    ttl_seconds: int | None
     delay_seconds: int
 
 

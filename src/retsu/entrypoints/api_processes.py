@@ -25,9 +25,11 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import multiprocess
 
-from retsu.entrypoints import serving
-from retsu.entrypoints.database import StartupError
 from retsu.entrypoints.settings import Settings
+
+# Each spawned API process imports this module before it can answer the supervisor's
+# pings; ``serving`` and ``database`` pull in SQLAlchemy and Alembic (1.1 s of CPU), so
+# they are imported where used, after the ping thread runs.
 
 # uvicorn's supervisor stops (rather than restarting the process forever) on this exit code.
 STARTUP_FAILURE = 3
@@ -61,6 +63,7 @@ class _ApiProcess(multiprocess.Process):
         from retsu import __version__
         from retsu.adapters.telemetry.logging import configure_logging
         from retsu.entrypoints.api import run_api
+        from retsu.entrypoints.database import StartupError
         from retsu.entrypoints.loop import run
 
         settings = self.settings
@@ -107,6 +110,7 @@ _settings_for_children: Any = None
 def run_api_processes(settings: Settings, count: int) -> int:
     global _settings_for_children
     from retsu.adapters.postgres.engine import create_engine
+    from retsu.entrypoints import serving
     from retsu.entrypoints.database import ensure_database_ready
 
     async def check() -> None:

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Sequence
 
 from retsu import __version__
-from retsu.entrypoints.database import StartupError
 from retsu.entrypoints.workers import WORKERS, UnknownWorker, check_worker
 
 log = logging.getLogger("retsu")
@@ -100,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("configuration error: database.url is not set (RETSU_DATABASE__URL)", 2)
     if args.role == "api" and settings.http.workers > 1:
         return _run_api_processes(settings)
+    # Imported here, not at the top: each spawned API process (http.workers > 1) imports
+    # this module first, and this one pulls in SQLAlchemy and Alembic (see api_processes).
+    from retsu.entrypoints.database import StartupError
+
     try:
         from retsu.entrypoints.loop import run
 
@@ -120,6 +123,7 @@ def _run_api_processes(settings: object) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="retsu-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     from retsu.entrypoints.api_processes import run_api_processes
+    from retsu.entrypoints.database import StartupError
     from retsu.entrypoints.settings import Settings
 
     assert isinstance(settings, Settings)

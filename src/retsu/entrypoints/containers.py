@@ -340,6 +340,7 @@ class UseCaseContainer(containers.DeclarativeContainer):
         details=lookups.details,
         ids=core.ids,
         events=core.metrics,
+        names=lookups.names,
     )
     # What this process saw of named consumers, written every 5 s (SPEC §3.7); started
     # and stopped (with a last write) with the API app.

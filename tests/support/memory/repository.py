@@ -29,7 +29,12 @@ from retsu.domain.browsing import (
     StoredMessage as BrowsedMessage,
 )
 from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
-from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
+from retsu.domain.errors import (
+    IdempotencyKeyConflict,
+    InvalidInput,
+    QueueAlreadyExists,
+    QueueNotFound,
+)
 from retsu.domain.idempotency import IDEMPOTENCY_KEY_RETENTION_SECONDS, IdempotentEnqueued
 from retsu.domain.maintenance import (
     NEVER_DELIVERED,
@@ -211,7 +216,15 @@ class InMemoryRepository(ConsumersAndHistory):
         if len({m.id for m in messages}) != len(messages) or any(m.id in stored for m in messages):
             # PostgreSQL refuses the whole batch on a primary-key violation; so do we.
             raise ValueError("a message with this id is already stored")
-        for message in messages:
+        default_ttl = self._queues[queue_id].settings.default_message_ttl_seconds
+        lifetimes = [m.ttl_seconds if m.ttl_seconds is not None else default_ttl for m in messages]
+        for index, (message, lifetime) in enumerate(zip(messages, lifetimes, strict=True)):
+            if message.delay_seconds >= lifetime:  # as the storing function checks it
+                raise InvalidInput(
+                    f"messages[{index}]: delay_seconds must be shorter than the message lifetime.",
+                    code="invalid_delay",
+                )
+        for message, lifetime in zip(messages, lifetimes, strict=True):
             stored[message.id] = StoredMessage(
                 id=message.id,
                 queue_id=queue_id,
@@ -220,7 +233,7 @@ class InMemoryRepository(ConsumersAndHistory):
                 priority=message.priority,
                 state=State.READY,
                 enqueued_at=now,
-                expires_at=now + timedelta(seconds=message.ttl_seconds),
+                expires_at=now + timedelta(seconds=lifetime),
                 available_after=now + timedelta(seconds=message.delay_seconds),
             )
         self.totals[queue_id]["enqueued"] += len(messages)

@@ -246,8 +246,9 @@ def _check_enqueued(queue_id: UUID, queue_found: bool, invalid_delay_at: int | N
     if not queue_found:
         raise QueueNotFound(queue_id)
     if invalid_delay_at is not None:
-        # The use case resolves every lifetime before storing, so only a queue whose default
-        # lifetime was shortened in between gets here.
+        # The use case checks every delay before storing (against the queue's default
+        # lifetime when a delayed message has none of its own), so only a queue whose
+        # default lifetime was shortened in between gets here.
         raise InvalidInput(
             f"messages[{invalid_delay_at - 1}]: delay_seconds must be shorter than the message "
             "lifetime.",

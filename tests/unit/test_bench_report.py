@@ -1,0 +1,67 @@
+"""The benchmark report states every SPEC §7b target with its ratio and pass/fail."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("psutil", reason="the bench extra is not installed")
+
+from bench.report import render, target_rows, targets_table
+from bench.runner import Options, RunOutcome
+from bench.scenarios import Result
+
+MB = 1024 * 1024
+
+
+def _result(scenario: str, key: str, rate: float) -> Result:
+    result = Result(scenario, key, key, int(rate * 10), 10.0)
+    if scenario == "mixed":
+        result.latency.series("enqueue").extend([0.010] * 99 + [0.030])
+        result.latency.series("dequeue").extend([0.005] * 100)
+    return result
+
+
+def _outcome() -> RunOutcome:
+    rates = {
+        ("enqueue-1", "retsu"): 1300.0,
+        ("enqueue-1", "pgqueuer"): 1000.0,
+        ("enqueue-1", "floor"): 500.0,
+        ("enqueue-1", "minimal"): 1000.0,
+        ("dequeue-ack-1", "retsu"): 900.0,
+        ("dequeue-ack-1", "pgqueuer"): 1000.0,
+        ("dequeue-ack-1", "floor"): 700.0,
+        ("dequeue-ack-1", "minimal"): 1000.0,
+        ("enqueue-100", "retsu"): 100.0,
+        ("enqueue-100", "pgqueuer"): 100.0,
+        ("backlog-1k", "retsu"): 1000.0,
+        ("backlog-100k", "retsu"): 800.0,
+        ("delayed-head", "retsu"): 950.0,
+        ("mixed", "retsu"): 400.0,
+    }
+    results = [_result(scenario, key, rate) for (scenario, key), rate in rates.items()]
+    return RunOutcome(results, {"api-1": 100 * MB, "api-2": 130 * MB}, 0.0, 60.0, Options("x"))
+
+
+def test_every_target_is_listed_with_its_ratio_and_verdict() -> None:
+    rows = {target: (measured, met) for target, _goal, measured, met in target_rows(_outcome())}
+    assert len(rows) == 10  # SPEC §7b: six ratios, two sensitivities, p99, RSS
+    assert rows["single-message HTTP enqueue"] == ("**1.30×** (1,300 vs 1,000 msg/s)", True)
+    assert rows["single-message HTTP dequeue + ack"][1] is False  # 0.90 < 1.0
+    assert rows["batched (100) HTTP enqueue"][1] is True  # 1.00 ≥ 1.0
+    assert rows["batched (100) HTTP dequeue + ack"] == ("not measured", None)
+    assert rows["Retsu's SQL floor vs the minimal floor, enqueue-1"][1] is False  # 0.50
+    assert rows["Retsu's SQL floor vs the minimal floor, dequeue+ack-1"][1] is True  # 0.70
+    assert rows["dequeue + ack, 100,000 backlog vs 1,000"][1] is False  # 0.80 < 0.85
+    assert rows["dequeue + ack, 30,000 delayed messages at the head vs none"][1] is True
+    p99, met = rows["p99 of every operation at half the peak load (mixed)"]
+    assert "enqueue" in p99 and met is False  # 30 ms ≥ 25 ms
+    assert rows["API RSS per process"] == (
+        "peak **130 MB** (api-1 100 MB, api-2 130 MB)",
+        False,
+    )
+
+
+def test_the_targets_come_first_in_the_rendered_section() -> None:
+    section = render(_outcome(), {"date": "today"})
+    assert section.index("### Targets") < section.index("### All figures")
+    assert "4 of 9 measured targets met (10 in SPEC §7b)." in targets_table(_outcome())
