@@ -286,6 +286,7 @@ async def test_no_secret_reaches_the_logs_even_at_debug(
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN_ID = "b7ad6b7169203331"
+LOOKUP_TRACE_ID = "0af7651916cd43dd8448eb211c80319d"
 SERVER, CLIENT = 2, 3  # opentelemetry.proto.trace.v1.Span.SpanKind
 
 
@@ -356,6 +357,13 @@ async def test_spans_reach_an_otlp_collector_and_logs_carry_their_trace_id(
                 headers={"traceparent": traceparent},
             )
             assert enqueued.status_code == 201, enqueued.text
+            # A read through SQLAlchemy (the hot enqueue logs no SQL): its SQL log lines must
+            # carry its trace id.
+            looked = await client.get(
+                f"/v1/queues/{queue_id}",
+                headers={"traceparent": f"00-{LOOKUP_TRACE_ID}-{CALLER_SPAN_ID}-01"},
+            )
+            assert looked.status_code == 200, looked.text
             assert (await client.get("/metrics")).status_code == 200
     # Stopping flushed the batch processor: everything is at the collector now.
     spans = receiver.spans()
@@ -383,11 +391,11 @@ async def test_spans_reach_an_otlp_collector_and_logs_carry_their_trace_id(
     assert not any(_attributes(span).get("url.path") == "/metrics" for _, span in spans), (
         "/metrics must not be traced"
     )
-    # The SQL lines logged while answering the traced request carry its trace id.
+    # The SQL lines logged while answering the traced read carry its trace id.
     lines = json_lines(process.log_path.read_text())
-    traced = [line for line in lines if line.get("trace_id") == TRACE_ID]
+    traced = [line for line in lines if line.get("trace_id") == LOOKUP_TRACE_ID]
     assert traced, "no log line carries the trace id"
-    assert all(line["request_id"] == enqueued.headers["x-request-id"] for line in traced)
+    assert all(line["request_id"] == looked.headers["x-request-id"] for line in traced)
 
 
 async def test_an_unreachable_collector_never_holds_the_exit(database: str, tmp_path: Path) -> None:
