@@ -49,8 +49,8 @@ def test_queues_create_list_and_show(run: Run) -> None:
     header, row = out.strip().splitlines()
     assert header.split() == ["NAME", "ID", "VISIBILITY_S", "MAX_ATTEMPTS", "TTL_S", "PAUSED"]
     assert row.split()[0] == name and row.split()[2:] == ["45", "3", "604800", "no"]
-    # numbers are right-aligned under their header
-    assert row.index("45") + 2 == header.index("VISIBILITY_S") + len("VISIBILITY_S")
+    # numbers are right-aligned under their header (" 45 ": an id may contain "45" too)
+    assert row.index(" 45 ") + 3 == header.index("VISIBILITY_S") + len("VISIBILITY_S")
 
     run("messages", "send", name, "hello", "--priority", "HIGH")
     code, out, _ = run("queues", "show", name)
