@@ -79,6 +79,13 @@ def _new_id() -> uuid.UUID:
     return uuid7()
 
 
+def _new_ids(count: int) -> list[uuid.UUID]:
+    """A batch's ids as Retsu's API makes them (sharing one counter shard)."""
+    from retsu.adapters.ids import uuid7_batch
+
+    return uuid7_batch(count)
+
+
 class FloorOps:
     """One concurrent client of the floor; connections come from the shared pool."""
 
@@ -124,7 +131,7 @@ class FloorOps:
         n = self._batch_size
         args = self._enqueue.args(
             queue_id=self._queue_id,
-            ids=[_new_id() for _ in range(n)],
+            ids=_new_ids(n),
             payloads=[self._body] * n,
             priorities=self._batch_priorities,
             ttls=[DEFAULT_TTL_SECONDS] * n,

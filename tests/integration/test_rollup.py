@@ -31,6 +31,7 @@ from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.errors import sqlstate
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.migrations import alembic_config
+from retsu.adapters.system import Uuid7Generator
 from retsu.domain.audit import AuditAction, AuditEntry, Caller
 from retsu.domain.errors import IdempotencyKeyConflict
 from retsu.domain.message import MessageToStore, Priority, Receipt
@@ -461,6 +462,30 @@ async def test_the_rollup_equals_a_full_count_after_a_random_concurrent_workload
     assert work.ops["dead-lettered"] > 0
     assert work.ops["expired"] > 0
     assert work.ops["dead letters purged"] > 0
+
+
+async def test_a_batch_enqueue_writes_the_counter_rows_of_one_shard(
+    scratch_url: str, engine: AsyncEngine
+) -> None:
+    # The API's batch ids share their counter shard (adapters/ids.py), so concurrent batch
+    # enqueues to one queue rarely wait on each other's counter row locks.
+    queue_id = await insert_queue(engine, "batches")
+    repository = PostgresStorage(engine)
+    ids = Uuid7Generator().new_ids(100)
+    await repository.messages.enqueue(
+        queue_id, [MessageToStore(i, "x", list(Priority)[n % 3], 600, 0) for n, i in enumerate(ids)]
+    )
+    connection = await asyncpg.connect(plain_url(scratch_url))
+    try:
+        rows = await connection.fetch(
+            "SELECT shard, sum(ready) AS ready FROM queue_state_rollup WHERE queue_id = $1 "
+            "GROUP BY shard",
+            queue_id,
+        )
+    finally:
+        await connection.close()
+    assert [(row["shard"], row["ready"]) for row in rows] == [(ids[0].int & 0x1F, 100)]
+    await assert_rollup_exact(scratch_url)
 
 
 async def test_a_retry_moves_no_physical_count_and_counts_one_more_delivery(

@@ -280,6 +280,18 @@ def test_ids_made_on_several_threads_are_distinct_and_each_thread_sees_them_incr
         assert all(earlier < later for earlier, later in itertools.pairwise(ids))
 
 
+def test_a_batch_of_ids_shares_its_counter_shard_and_still_increases() -> None:
+    # PostgreSQL counts a message in the counter row of its id's last five bits; one
+    # batch in one shard keeps concurrent batch enqueues off each other's row locks.
+    batches = [Uuid7Generator().new_ids(100) for _ in range(200)]
+    for ids in batches:
+        assert len({value.int & 0x1F for value in ids}) == 1
+        assert all(value.version == 7 and value.variant == uuid.RFC_4122 for value in ids)
+    flat = [value for ids in batches for value in ids]
+    assert all(earlier < later for earlier, later in itertools.pairwise(flat))
+    assert len({ids[0].int & 0x1F for ids in batches}) > 8  # batches spread over shards
+
+
 def test_an_id_carries_its_creation_time_in_milliseconds() -> None:
     before = int(time.time() * 1000)
     value = uuid7()

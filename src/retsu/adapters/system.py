@@ -7,7 +7,7 @@ import contextlib
 from datetime import UTC, datetime
 from uuid import UUID
 
-from retsu.adapters.ids import uuid7
+from retsu.adapters.ids import uuid7, uuid7_batch
 
 
 class SystemClock:
@@ -18,6 +18,9 @@ class SystemClock:
 class Uuid7Generator:
     def new_id(self) -> UUID:
         return uuid7()
+
+    def new_ids(self, count: int) -> list[UUID]:
+        return uuid7_batch(count)
 
 
 class StopAwareSleeper:

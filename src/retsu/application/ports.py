@@ -30,6 +30,11 @@ class Clock(Protocol):
 class IdGenerator(Protocol):
     def new_id(self) -> UUID: ...
 
+    def new_ids(self, count: int) -> list[UUID]:
+        """Ids for the messages of one request, increasing. An implementation may make
+        them share bits that storage uses to keep one batch together."""
+        ...
+
 
 class QueueRepository(Protocol):
     """Queue metadata, stored durably.

@@ -35,7 +35,7 @@ class RedriveDeadLetters:
         still an action, and is audited as such."""
         limit = REDRIVE_LIMIT.check(cmd.limit)
         name = (await self._details.details_of(cmd.queue_id)).name  # raises QueueNotFound
-        new_ids = [self._ids.new_id() for _ in range(limit)]
+        new_ids = self._ids.new_ids(limit)
         audit = AuditEntry.of_queue(
             AuditAction.DEAD_LETTER_REDRIVEN, cmd.queue_id, cmd.caller, limit=limit
         )
