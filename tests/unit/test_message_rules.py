@@ -289,6 +289,9 @@ def test_a_batch_of_ids_shares_its_counter_shard_and_still_increases() -> None:
         assert all(value.version == 7 and value.variant == uuid.RFC_4122 for value in ids)
     flat = [value for ids in batches for value in ids]
     assert all(earlier < later for earlier, later in itertools.pairwise(flat))
+    generator = Uuid7Generator()  # single ids and batches come from one sequence
+    mixed = [i for _ in range(500) for i in (generator.new_id(), *generator.new_ids(3))]
+    assert all(earlier < later for earlier, later in itertools.pairwise(mixed))
     assert len({ids[0].int & 0x1F for ids in batches}) > 8  # batches spread over shards
 
 
