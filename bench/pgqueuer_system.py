@@ -21,7 +21,7 @@ import asyncpg
 
 from bench.client import LatencyRecorder
 from bench.common import PRIORITY_VALUES, payload
-from bench.scenarios import Config, Counter, Result, Window, measure_window, paced
+from bench.scenarios import Config, Counter, Result, Window, measure_window, paced, spread
 
 ENTRYPOINT = "bench"
 
@@ -318,7 +318,10 @@ class PgQueuerSystem:
             stop_at = started + cfg.duration
             each = rate / pairs
             await asyncio.gather(
-                *(paced(each, stop_at, producer(o, i), late) for i, o in enumerate(producers))
+                *(
+                    paced(each, stop_at, producer(o, i), late, spread(i, pairs))
+                    for i, o in enumerate(producers)
+                )
             )
             seconds = perf() - started
             cpu = await window.end()
