@@ -86,3 +86,28 @@ async def test_a_handler_is_unit_tested_with_the_real_worker_and_no_server() -> 
         await task
 
     assert [h["to"] for h in handled] == ["ada@example.com", "later@example.com"]
+
+
+def test_the_fakes_history_is_bucketed_as_the_server_buckets_it() -> None:
+    # SPEC §3.8 as the server answers it: buckets at least one snapshot interval wide and
+    # wide enough for at most 360 points, aligned to the Unix epoch; counts summed, the
+    # depth and time of the bucket's latest snapshot.
+    fake = FakeRetsu(clock=ManualClock(), history_interval_seconds=15)
+    with fake.client() as retsu:
+        retsu.create_queue("busy")
+        fake.clock.advance(100)
+        for _ in range(24 * 240):  # a day of 15-s snapshots, one message in each
+            retsu.enqueue("busy", "x")
+            fake.clock.advance(15)
+
+        hour = retsu.queue_history("busy")
+        day = retsu.queue_history("busy", minutes=1440)
+
+    assert hour.interval_seconds == 15 and len(hour.points) == 240
+    assert day.interval_seconds == 240 and len(day.points) == 360
+    # Snapshots come at :00, :15, … so a full 240-s bucket holds 16, the latest at +225 s.
+    assert all(p.enqueued == 16 for p in day.points[:-1])
+    assert day.points[-1].ready == 24 * 240  # the latest snapshot's depth
+    assert [p.at for p in day.points] == sorted(p.at for p in day.points)
+    assert all(p.at.timestamp() % 240 == 225 for p in day.points[:-1])
+    assert sum(p.enqueued for p in day.points) < 24 * 240  # the partial oldest bucket left out

@@ -7,7 +7,6 @@ least the collection interval, and wide enough that a week fits in a few hundred
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from uuid import UUID
 
 from retsu.application.ports import Clock, QueueDetails, QueueHistoryReader
@@ -16,6 +15,7 @@ from retsu.domain.history import (
     HISTORY_MINUTES,
     History,
     bucket_seconds,
+    window_start,
 )
 
 
@@ -44,7 +44,7 @@ class GetQueueHistory:
         width = bucket_seconds(minutes, self._collection_interval)
         points = await self._history.read_history(
             query.queue_id,
-            since=self._clock.now() - timedelta(minutes=minutes),
+            since=window_start(self._clock.now(), minutes, width),
             bucket_seconds=width,
         )
         return History(interval_seconds=width, points=points)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from retsu.domain.ranges import IntRange
 
@@ -87,6 +87,18 @@ def bucket_seconds(minutes: int, collection_interval_seconds: float) -> int:
 def bucket_of(moment: datetime, width_seconds: int) -> int:
     """The epoch-aligned bucket a moment falls in."""
     return math.floor((moment - _EPOCH).total_seconds() / width_seconds)
+
+
+def window_start(now: datetime, minutes: int, width_seconds: int) -> datetime:
+    """Where a ``minutes`` window ending ``now`` starts. A window of 360 widths that is not
+    aligned to the epoch touches 361 buckets (so does one that ends exactly on a bucket
+    boundary); then its oldest bucket is left out, so a response never holds more than
+    ``MAX_POINTS`` points."""
+    since = now - timedelta(minutes=minutes)
+    first = bucket_of(since, width_seconds)
+    if bucket_of(now, width_seconds) - first + 1 > MAX_POINTS:
+        return _EPOCH + timedelta(seconds=(first + 1) * width_seconds)
+    return since
 
 
 def downsample(snapshots: Iterable[HistoryPoint], width_seconds: int) -> list[HistoryPoint]:

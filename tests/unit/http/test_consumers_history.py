@@ -195,3 +195,21 @@ async def test_history_minutes_out_of_range_is_invalid_minutes(
 async def test_history_of_an_unknown_queue_is_queue_not_found(client: Client) -> None:
     assert_problem(await client.get(f"/v1/queues/{MISSING_ID}/history"), 404, "queue_not_found")
     assert_problem(await client.get("/v1/queues/nope/history"), 400, "invalid_path")
+
+
+async def test_a_day_of_history_never_holds_more_than_360_points(
+    client: Client, new_queue: NewQueue, repository: InMemoryRepository, clock: FakeClock
+) -> None:
+    # 24 h in 240-s buckets is 360 widths; a window not aligned to them touches 361 buckets,
+    # and the oldest, partial one is left out.
+    queue = await new_queue()
+    clock.advance(100)
+    for _ in range(362):
+        await _snapshot(repository)
+        clock.advance(240)
+    clock.advance(-240)
+
+    day = (await client.get(f"/v1/queues/{queue['id']}/history", params={"minutes": 1440})).json()
+
+    assert day["interval_seconds"] == 240
+    assert len(day["points"]) == 360

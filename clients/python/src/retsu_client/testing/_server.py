@@ -718,8 +718,8 @@ class FakeRetsu:
     def _history(self, c: _Context, queue_id: str) -> Result:
         qid = _path_id(queue_id, "queue_id")
         minutes = c.int_param("minutes", "invalid_minutes", 1, 10080, 60)
-        points = self.state.history(qid, minutes)
-        return _json({"interval_seconds": self.history_interval_seconds, "points": points})
+        width, points = self.state.history(qid, minutes)
+        return _json({"interval_seconds": width, "points": points})
 
 
 class _Tagged:

@@ -7,6 +7,7 @@ Every method takes the lock and reads the clock once, so one call is one consist
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -203,6 +204,10 @@ class NewMessage:
 class Caller:
     actor: str
     request_id: str
+
+
+# The most points one history answer holds (SPEC §3.8).
+HISTORY_MAX_POINTS = 360
 
 
 class State:
@@ -707,12 +712,38 @@ class State:
             items.sort(key=lambda c: (-_timestamp(c["last_seen_at"]), c["queue_id"], c["name"]))
             return items
 
-    def history(self, queue_id: str, minutes: int) -> list[dict[str, Any]]:
+    def history(self, queue_id: str, minutes: int) -> tuple[int, list[dict[str, Any]]]:
+        """The bucket width and the points, as the server answers (SPEC §3.8): snapshots
+        summed into epoch-aligned buckets at least one snapshot interval wide and wide
+        enough for at most 360 points; a point has its bucket's summed counts and the
+        depth and time of its latest snapshot."""
         with self.lock:
             now = self._step()
             queue = self._queue(queue_id)
+            width = max(
+                math.ceil(self.history_interval.total_seconds()),
+                math.ceil(minutes * 60 / HISTORY_MAX_POINTS),
+                1,
+            )
             since = now - timedelta(minutes=minutes)
-            return [point for point in queue.history if point["at"] >= since]
+            first = math.floor(since.timestamp() / width)
+            if math.floor(now.timestamp() / width) - first + 1 > HISTORY_MAX_POINTS:
+                # A window not aligned to its buckets touches one more than fits: the
+                # oldest, partial one is left out.
+                since = datetime.fromtimestamp((first + 1) * width, tz=since.tzinfo)
+            points: list[dict[str, Any]] = []
+            current: int | None = None
+            for snapshot in queue.history:
+                if snapshot["at"] < since:
+                    continue
+                bucket = math.floor(snapshot["at"].timestamp() / width)
+                if points and bucket == current:
+                    summed = {name: points[-1][name] + snapshot[name] for name in COUNTERS}
+                    points[-1] = {**snapshot, **summed}
+                else:
+                    points.append(dict(snapshot))
+                    current = bucket
+            return width, points
 
     def clean_expired(self) -> int:
         """What the server's expired-message cleaner does: delete messages past their
