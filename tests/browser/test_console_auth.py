@@ -17,11 +17,10 @@ import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
-from selenium.webdriver.support.ui import WebDriverWait
 
 from retsu.adapters.postgres.engine import async_url
 from tests.browser.conftest import ConsoleServer, screenshot, start_server
+from tests.support.browser import click_and_wait
 from tests.support.console_cookies import forge_cookie, read_cookie
 
 pytestmark = pytest.mark.integration
@@ -91,9 +90,7 @@ def page(browser: Driver, server: ConsoleServer) -> Iterator[Driver]:
 
 
 def _click(driver: Driver, selector: str) -> None:
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.CSS_SELECTOR, selector).click()
-    WebDriverWait(driver, 15).until(staleness_of(old))
+    click_and_wait(driver, selector)
 
 
 def _sign_in(driver: Driver, secret: str) -> None:

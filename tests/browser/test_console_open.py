@@ -17,10 +17,10 @@ import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.browser.conftest import ConsoleServer, screenshot, start_server
+from tests.support.browser import click_and_wait
 from tests.support.processes import RetsuProcess, free_port, retsu_env
 
 pytestmark = pytest.mark.integration
@@ -141,10 +141,7 @@ def _cells(row: list[tuple[str, str]]) -> list[str]:
 
 
 def _click(driver: Driver, selector: str) -> None:
-    """Click and wait for the page it leads to (a form's answer, or a link's page)."""
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.CSS_SELECTOR, selector).click()
-    WebDriverWait(driver, 15).until(staleness_of(old))
+    click_and_wait(driver, selector)
 
 
 def _notice(driver: Driver) -> str:

@@ -16,6 +16,11 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 PACKAGES = ("chromium", "chromium-driver")
 _LOCK = Path("/tmp/retsu-chromium-install.lock")
@@ -80,3 +85,44 @@ def find_or_install_chromium() -> Chromium | str:
             return found
         tail = (install.stderr or install.stdout).strip().splitlines()[-3:]
         return "apt-get install chromium chromium-driver failed: " + " | ".join(tail)
+
+
+_REPLACED = "does not belong to the document"
+
+
+def _replaced(error: WebDriverException) -> bool:
+    """Chromium's way of saying an element's document was swapped for another: what
+    Selenium calls stale, under another error."""
+    return isinstance(error, StaleElementReferenceException) or _REPLACED in str(error)
+
+
+def click_and_wait(driver: Any, selector: str, *, timeout: float = 15) -> None:
+    """Click the element ``selector`` names and wait until the page it leads to (a form's
+    answer, or a link's page) has replaced this one and finished loading.
+
+    Chromium may swap the document between finding an element and clicking it (the last
+    navigation still settling); it then refuses the click before dispatching anything, so
+    finding and clicking again is safe.
+    """
+    for attempt in range(3):
+        old = driver.find_element(By.TAG_NAME, "html")
+        try:
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+        except WebDriverException as error:
+            if not _replaced(error) or attempt == 2:
+                raise
+            continue
+        break
+
+    def gone(_: Any) -> bool:
+        try:
+            old.is_enabled()
+        except WebDriverException as error:
+            if _replaced(error):
+                return True
+            raise
+        return False
+
+    wait = WebDriverWait(driver, timeout)
+    wait.until(gone)
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
