@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -174,7 +175,10 @@ async def test_overview_lists_every_queue_and_refreshes_itself(
     assert _cells(_row(page, "payments"))[5] == "6"
     aligned = [align for _, align in _row(page, "orders")]
     assert aligned[:8] == ["left", "left", *["right"] * 6]  # numbers right-aligned
-    WebDriverWait(page, 5).until(
+    # The live refresh swaps the table under the reads below: a swapped element is read
+    # again at the next poll.
+    swapped = (StaleElementReferenceException, WebDriverException)
+    WebDriverWait(page, 5, ignored_exceptions=swapped).until(
         lambda d: "updated" in d.find_element(By.CSS_SELECTOR, "[data-live-indicator]").text
     )
     screenshot(page, "overview")
@@ -183,7 +187,7 @@ async def test_overview_lists_every_queue_and_refreshes_itself(
     page.execute_script("window.retsuMarker = 'kept'")
     async with server.api() as api:
         await _enqueue(api, queues.orders, '{"order": "late"}', "HIGH")
-    WebDriverWait(page, 12, poll_frequency=0.2).until(
+    WebDriverWait(page, 12, poll_frequency=0.2, ignored_exceptions=swapped).until(
         lambda d: _cells(_row(d, "orders"))[2] == "11"
     )
     assert page.execute_script("return window.retsuMarker") == "kept"
