@@ -84,19 +84,23 @@ class Databases:
         return list(self.created)
 
 
+# A UUIDv7-shaped id for generate_series row ``i`` (millisecond time prefix, version 7,
+# RFC 4122 variant), as Retsu's own id generator makes them, so the primary key sees the
+# same locality.
+_UUID7_OF_I = """(lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+            || '7' || substr(md5(i::text || random()::text), 1, 3)
+            || substr('89ab', 1 + floor(random() * 4)::int, 1)
+            || substr(md5(random()::text || i::text), 1, 15))::uuid"""
+
 # Rows exactly as Retsu's enqueue statement writes them (READY, never delivered,
 # enqueued now, lifetime from the TTL, deliverable now), in one INSERT ... SELECT.
-# Ids are UUIDv7-shaped (millisecond time prefix, version 7, RFC 4122 variant), as
-# Retsu's own id generator makes them, so the primary key sees the same locality.
+# Ids are UUIDv7-shaped (``_UUID7_OF_I``).
 RETSU_PREFILL = f"""
 WITH stored AS (
     INSERT INTO queue_message
         (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
          delivery_attempts)
-    SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-            || '7' || substr(md5(i::text || random()::text), 1, 3)
-            || substr('89ab', 1 + floor(random() * 4)::int, 1)
-            || substr(md5(random()::text || i::text), 1, 15))::uuid,
+    SELECT {_UUID7_OF_I},
            $1, $2, (ARRAY[3, 2, 1])[1 + i % 3]::smallint, 1, now(),
            now() + make_interval(secs => $3), now(), 0
     FROM generate_series(1, $4::integer) AS i
@@ -121,10 +125,7 @@ WITH stored AS (
     INSERT INTO queue_message
         (id, queue_id, payload, priority, state, enqueued_at, expires_at, available_after,
          delivery_attempts)
-    SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-            || '7' || substr(md5(i::text || random()::text), 1, 3)
-            || substr('89ab', 1 + floor(random() * 4)::int, 1)
-            || substr(md5(random()::text || i::text), 1, 15))::uuid,
+    SELECT {_UUID7_OF_I},
            $1, $2, 3::smallint, {DELAYED_STATE}, now(),
            now() + make_interval(secs => $3), now() + make_interval(secs => $5), 0
     FROM generate_series(1, $4::integer) AS i

@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import create_database, drop_database
 from tests.support.pgbouncer import PgBouncer, find_pgbouncer
-from tests.support.processes import RetsuProcess, free_port, retsu_env
+from tests.support.processes import RetsuProcess, eventually, free_port, retsu_env
 from tests.support.services import PostgresServer, require_services
 from tests.support.timeshift import plain_url
 
@@ -238,17 +238,6 @@ async def stats(client: httpx.AsyncClient, queue_id: str) -> dict[str, int]:
     assert response.status_code == 200, response.text
     found = response.json()["stats"]
     return {key: int(found[key]) for key in ("ready", "in_flight", "delayed", "dead_letters")}
-
-
-def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
 
 
 # -- the lifecycle through both API processes ---------------------------------------------

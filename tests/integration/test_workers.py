@@ -10,7 +10,7 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from retsu.adapters.postgres.leadership import LOCK_KEY, AdvisoryLockLeadership
 from retsu.domain.message import MessageToStore, Priority
 from tests.conftest import create_database, drop_database
 from tests.support.postgres import PostgresStorage
-from tests.support.processes import RetsuProcess, free_port, retsu_env
+from tests.support.processes import RetsuProcess, eventually, free_port, retsu_env
 from tests.support.proxy import PostgresProxy
 from tests.support.services import PostgresServer
 from tests.support.timeshift import advance_database_clock, plain_url
@@ -119,18 +119,6 @@ def running_many(
 def running(args: list[str], database: str, tmp_path: Path, **settings: str) -> Iterator[Worker]:
     with running_many(1, args, database, tmp_path, **settings) as [worker]:
         yield worker
-
-
-def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; returns that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
 
 
 async def insert_queue(engine: AsyncEngine, name: str, *, max_attempts: int = 5) -> UUID:

@@ -8,8 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -91,3 +92,15 @@ class RetsuProcess:
             code = self.process.wait()
         self._log.close()
         return code
+
+
+def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``check`` until it returns something truthy; returns that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.1)
