@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dependency_injector import providers
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.secrets import RandomServerSecrets
 
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.secrets import RandomServerSecrets
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.application.acknowledge import Acknowledge
 from retsu.application.dequeue import Dequeue
 from retsu.application.enqueue import Enqueue
@@ -72,9 +72,9 @@ def build_app() -> Any:
         {"cache": {"distributed": {"enabled": False}, "in_memory": {"enabled": False}}}
     )
     container = ApiContainer(settings=settings)
-    clock = FakeClock()
+    clock = ManualClock()
     container.core.clock.override(providers.Object(clock))
-    repository = InMemoryRepository(clock)
+    repository = MemoryStorage(clock)
     for port in ("queues", "queue_state", "messages", "dead_letters", "audit_log"):
         getattr(container.storage, port).override(providers.Object(repository))
     container.storage.secrets.override(providers.Object(RandomServerSecrets()))

@@ -9,7 +9,7 @@ import pytest
 from retsu.adapters.system import StopAwareSleeper
 from retsu.application.batch_worker import BatchResult, BatchSchedule, BatchWorker
 from retsu.domain.errors import Busy, DatabaseUnavailable
-from tests.support.memory.sleeper import FakeSleeper
+from tests.support.doubles.sleeper import FakeSleeper
 
 SCHEDULE = BatchSchedule(batch_size=10, interval_seconds=60, saturated_batch_delay_seconds=0.05)
 

@@ -10,6 +10,7 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.ids import uuid7
+from retsu.adapters.memory.secrets import RandomServerSecrets
 from retsu.application.delete_message import DeleteMessage, DeleteMessageCommand
 from retsu.application.get_message import GetMessage
 from retsu.application.list_messages import ListMessages, ListMessagesQuery
@@ -25,7 +26,6 @@ from retsu.domain.browsing import (
 from retsu.domain.cursor import seal_cursor
 from retsu.domain.errors import InvalidInput, MessageNotFound
 from retsu.domain.message import Priority
-from tests.support.memory.secrets import RandomServerSecrets
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 QUEUE = uuid7()

@@ -7,7 +7,7 @@ import pytest
 from retsu.adapters.cache.breaker import CircuitBreaker
 
 
-class FakeClock:
+class ManualClock:
     def __init__(self) -> None:
         self.now = 100.0
 
@@ -19,16 +19,16 @@ class FakeClock:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def breaker(clock: FakeClock) -> CircuitBreaker:
+def breaker(clock: ManualClock) -> CircuitBreaker:
     return CircuitBreaker(clock=clock)
 
 
-def fail_probe_when_due(breaker: CircuitBreaker, clock: FakeClock) -> float:
+def fail_probe_when_due(breaker: CircuitBreaker, clock: ManualClock) -> float:
     """Advance to the next attempt, take it, fail it; returns the wait that was needed."""
     wait = breaker.next_attempt_in
     assert wait is not None
@@ -47,7 +47,7 @@ def test_closed_until_a_failure(breaker: CircuitBreaker) -> None:
 
 
 def test_a_failure_opens_it_and_the_first_attempt_comes_after_one_second(
-    breaker: CircuitBreaker, clock: FakeClock
+    breaker: CircuitBreaker, clock: ManualClock
 ) -> None:
     assert breaker.record_failure() is True
     assert not breaker.closed
@@ -61,7 +61,7 @@ def test_a_failure_opens_it_and_the_first_attempt_comes_after_one_second(
 
 
 def test_failed_attempts_back_off_by_doubling_up_to_five_seconds(
-    breaker: CircuitBreaker, clock: FakeClock
+    breaker: CircuitBreaker, clock: ManualClock
 ) -> None:
     breaker.record_failure()
     waits = [fail_probe_when_due(breaker, clock) for _ in range(6)]
@@ -70,7 +70,7 @@ def test_failed_attempts_back_off_by_doubling_up_to_five_seconds(
 
 
 def test_a_successful_attempt_closes_it_and_resets_the_backoff(
-    breaker: CircuitBreaker, clock: FakeClock
+    breaker: CircuitBreaker, clock: ManualClock
 ) -> None:
     breaker.record_failure()
     for _ in range(4):
@@ -85,7 +85,7 @@ def test_a_successful_attempt_closes_it_and_resets_the_backoff(
 
 
 def test_stragglers_neither_close_it_nor_push_the_attempt_back(
-    breaker: CircuitBreaker, clock: FakeClock
+    breaker: CircuitBreaker, clock: ManualClock
 ) -> None:
     breaker.record_failure()
     clock.advance(0.5)
@@ -97,7 +97,7 @@ def test_stragglers_neither_close_it_nor_push_the_attempt_back(
 
 
 def test_an_attempt_that_never_reports_counts_as_failed_when_the_next_is_due(
-    breaker: CircuitBreaker, clock: FakeClock
+    breaker: CircuitBreaker, clock: ManualClock
 ) -> None:
     breaker.record_failure()
     clock.advance(1.0)
@@ -110,7 +110,7 @@ def test_an_attempt_that_never_reports_counts_as_failed_when_the_next_is_due(
     assert breaker.next_attempt_in == pytest.approx(4.0)  # backed off twice
 
 
-def test_the_timings_are_configurable(clock: FakeClock) -> None:
+def test_the_timings_are_configurable(clock: ManualClock) -> None:
     breaker = CircuitBreaker(first_retry_seconds=0.1, max_retry_seconds=0.3, clock=clock)
     breaker.record_failure()
     waits = [fail_probe_when_due(breaker, clock) for _ in range(4)]

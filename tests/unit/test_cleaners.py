@@ -8,6 +8,8 @@ from uuid import UUID
 
 import pytest
 
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.batch_worker import BatchSchedule, BatchWorker
 from retsu.application.clean_dead_letters import CleanDeadLetters
@@ -20,9 +22,7 @@ from retsu.domain.maintenance import (
 )
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.queue import Queue, QueueSettings
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.sleeper import FakeSleeper
+from tests.support.doubles.sleeper import FakeSleeper
 
 RETENTION = 3600
 
@@ -59,8 +59,8 @@ class FakeIdempotencyKeys:
 
 class World:
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.repository = InMemoryRepository(self.clock)
+        self.clock = ManualClock()
+        self.repository = MemoryStorage(self.clock)
         self.events = RecordingMaintenanceEvents()
         self.clean_expired = CleanExpiredMessages(self.repository, self.events)
         self.clean_dead_letters = CleanDeadLetters(self.repository, self.events, RETENTION)

@@ -12,6 +12,9 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.secrets import RandomServerSecrets
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue, DequeueCommand
 from retsu.application.list_consumers import ListConsumers, ListConsumersQuery
@@ -26,16 +29,13 @@ from retsu.domain.cursor import seal_cursor
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.errors import InvalidInput, QueueNotFound
 from tests.contract.repository_contract import created, message, new_queue
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.events import RecordingQueueEvents
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.secrets import RandomServerSecrets
+from tests.support.doubles.events import RecordingQueueEvents
 
 
 class CountingStore:
     """A ConsumerStore that records each write and can be made to fail."""
 
-    def __init__(self, inner: InMemoryRepository) -> None:
+    def __init__(self, inner: MemoryStorage) -> None:
         self.inner = inner
         self.writes: list[list[ConsumerSighting]] = []
         self.failing = False
@@ -51,17 +51,17 @@ class CountingStore:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def repository(clock: FakeClock) -> InMemoryRepository:
-    return InMemoryRepository(clock)
+def repository(clock: ManualClock) -> MemoryStorage:
+    return MemoryStorage(clock)
 
 
 @pytest.fixture
-def store(repository: InMemoryRepository) -> CountingStore:
+def store(repository: MemoryStorage) -> CountingStore:
     return CountingStore(repository)
 
 
@@ -71,11 +71,11 @@ def metrics() -> Metrics:
 
 
 @pytest.fixture
-def tracker(store: CountingStore, clock: FakeClock, metrics: Metrics) -> ConsumerTracker:
+def tracker(store: CountingStore, clock: ManualClock, metrics: Metrics) -> ConsumerTracker:
     return ConsumerTracker(store, clock, metrics, max_entries=3)
 
 
-async def _queue(repository: InMemoryRepository) -> UUID:
+async def _queue(repository: MemoryStorage) -> UUID:
     queue = new_queue()
     await repository.add_queue(queue, created(queue))
     return queue.id
@@ -115,7 +115,7 @@ def test_other_consumer_names_are_invalid_consumer(name: str) -> None:
     ],
 )
 def test_health_is_judged_by_the_last_sighting(age: float, health: ConsumerHealth) -> None:
-    now = FakeClock().now()
+    now = ManualClock().now()
     assert ConsumerHealth.of(now - timedelta(seconds=age), now) is health
     # The storage filter agrees with the judgement, at the boundaries too.
     for other in ConsumerHealth:
@@ -127,7 +127,7 @@ def test_health_is_judged_by_the_last_sighting(age: float, health: ConsumerHealt
 
 
 async def test_many_sightings_become_one_write(
-    tracker: ConsumerTracker, store: CountingStore, repository: InMemoryRepository, clock: FakeClock
+    tracker: ConsumerTracker, store: CountingStore, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     queue_id = await _queue(repository)
     start = clock.now()
@@ -151,8 +151,8 @@ async def test_many_sightings_become_one_write(
 async def test_a_failed_write_keeps_the_counts_for_the_next_one(
     tracker: ConsumerTracker,
     store: CountingStore,
-    repository: InMemoryRepository,
-    clock: FakeClock,
+    repository: MemoryStorage,
+    clock: ManualClock,
     metrics: Metrics,
 ) -> None:
     queue_id = await _queue(repository)
@@ -180,7 +180,7 @@ async def test_a_failed_write_keeps_the_counts_for_the_next_one(
 
 
 async def test_the_tracker_is_bounded_and_counts_what_it_drops(
-    tracker: ConsumerTracker, repository: InMemoryRepository, metrics: Metrics
+    tracker: ConsumerTracker, repository: MemoryStorage, metrics: Metrics
 ) -> None:
     queue_id = await _queue(repository)
     for i in range(5):
@@ -198,7 +198,7 @@ async def test_the_tracker_is_bounded_and_counts_what_it_drops(
 
 
 async def test_the_timer_writes_every_interval_and_stop_writes_the_rest(
-    store: CountingStore, repository: InMemoryRepository, clock: FakeClock
+    store: CountingStore, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     queue_id = await _queue(repository)
     tracker = ConsumerTracker(store, clock, flush_interval_seconds=0.01)
@@ -221,7 +221,7 @@ async def test_the_timer_writes_every_interval_and_stop_writes_the_rest(
 # -- what a dequeue reports ------------------------------------------------------------------
 
 
-def _dequeue(repository: InMemoryRepository, tracker: ConsumerTracker) -> Dequeue:
+def _dequeue(repository: MemoryStorage, tracker: ConsumerTracker) -> Dequeue:
     return Dequeue(
         repository,
         DetailsQueueNames(RepositoryQueueDetails(repository)),
@@ -231,7 +231,7 @@ def _dequeue(repository: InMemoryRepository, tracker: ConsumerTracker) -> Dequeu
 
 
 async def test_a_named_dequeue_is_seen_with_its_deliveries_empty_ones_too(
-    tracker: ConsumerTracker, repository: InMemoryRepository, clock: FakeClock
+    tracker: ConsumerTracker, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     queue_id = await _queue(repository)
     await repository.enqueue(queue_id, [message("a"), message("b"), message("c")])
@@ -254,7 +254,7 @@ async def test_a_named_dequeue_is_seen_with_its_deliveries_empty_ones_too(
 
 
 async def test_a_long_poll_is_seen_at_its_start_and_at_its_end(
-    tracker: ConsumerTracker, repository: InMemoryRepository, clock: FakeClock
+    tracker: ConsumerTracker, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     queue_id = await _queue(repository)
     # The poll's clock: the deadline at 1; 0.02 left after the first claim (a short real
@@ -292,7 +292,7 @@ async def test_a_long_poll_is_seen_at_its_start_and_at_its_end(
 
 
 async def test_a_dequeue_of_a_missing_queue_is_not_seen(
-    tracker: ConsumerTracker, repository: InMemoryRepository
+    tracker: ConsumerTracker, repository: MemoryStorage
 ) -> None:
     missing = new_queue().id
     with pytest.raises(QueueNotFound):
@@ -310,20 +310,20 @@ def secrets() -> RandomServerSecrets:
 
 @pytest.fixture
 def list_consumers(
-    repository: InMemoryRepository, secrets: RandomServerSecrets, clock: FakeClock
+    repository: MemoryStorage, secrets: RandomServerSecrets, clock: ManualClock
 ) -> ListConsumers:
     return ListConsumers(repository, secrets, clock)
 
 
 async def _seen_ago(
-    repository: InMemoryRepository, clock: FakeClock, queue_id: UUID, name: str, seconds: float
+    repository: MemoryStorage, clock: ManualClock, queue_id: UUID, name: str, seconds: float
 ) -> None:
     moment = clock.now() - timedelta(seconds=seconds)
     await repository.record_consumers([ConsumerSighting(queue_id, name, moment, moment, 1)])
 
 
 async def test_consumers_are_listed_with_their_health_most_recent_first(
-    list_consumers: ListConsumers, repository: InMemoryRepository, clock: FakeClock
+    list_consumers: ListConsumers, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     queue_id = await _queue(repository)
     for name, age in [("offline", 600), ("healthy", 1), ("stale", 60)]:
@@ -343,7 +343,7 @@ async def test_consumers_are_listed_with_their_health_most_recent_first(
 
 
 async def test_pages_of_a_health_filter_are_full_and_complete(
-    list_consumers: ListConsumers, repository: InMemoryRepository, clock: FakeClock
+    list_consumers: ListConsumers, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     queue_id = await _queue(repository)
     for i in range(7):  # alternately healthy and offline
@@ -361,7 +361,7 @@ async def test_pages_of_a_health_filter_are_full_and_complete(
 
 
 async def test_an_unknown_queue_lists_nothing(
-    list_consumers: ListConsumers, repository: InMemoryRepository, clock: FakeClock
+    list_consumers: ListConsumers, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     await _seen_ago(repository, clock, await _queue(repository), "w", 1)
     page = await list_consumers(ListConsumersQuery(queue_id=new_queue().id))
@@ -388,8 +388,8 @@ async def test_bad_list_queries_are_refused_with_their_code(
 
 async def test_a_cursor_of_another_filter_or_list_is_invalid(
     list_consumers: ListConsumers,
-    repository: InMemoryRepository,
-    clock: FakeClock,
+    repository: MemoryStorage,
+    clock: ManualClock,
     secrets: RandomServerSecrets,
 ) -> None:
     queue_id = await _queue(repository)

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
+from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
 from retsu.domain.state import StateSnapshot
-from tests.support.memory.clock import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "retsu-dashboard.json"
@@ -64,7 +64,7 @@ def metric_names(expr: str) -> set[str]:
 def exported_names() -> set[str]:
     """Every series name a Retsu process can expose (the collector leader included)."""
     metrics = Metrics()
-    exporter = StateMetricsExporter(metrics, FakeClock())
+    exporter = StateMetricsExporter(metrics, ManualClock())
     exporter.leadership_acquired()
     exporter.publish(StateSnapshot(taken_at=datetime(2030, 1, 1, tzinfo=UTC), priorities=()))
     names: set[str] = set()

@@ -18,6 +18,8 @@ import pytest
 
 from retsu.adapters.announcing import AnnouncingDeadLetters, AnnouncingMessages
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.postgres.notifications import PostgresMessageSignals
 from retsu.adapters.system import Uuid7Generator
 from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
@@ -36,11 +38,9 @@ from retsu.domain.message import (
     Receipt,
 )
 from retsu.domain.queue import Queue
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.events import RecordingQueueEvents
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.signals import FakeMessageSignals
-from tests.support.memory.storage import AnnouncingMemoryRepository, AnnouncingQueues
+from tests.support.doubles.events import RecordingQueueEvents
+from tests.support.doubles.signals import FakeMessageSignals
+from tests.support.doubles.storage import AnnouncingMemoryRepository, AnnouncingQueues
 
 
 class CountingRepository:
@@ -66,7 +66,7 @@ class CountingRepository:
 
 class World:
     def __init__(self) -> None:
-        self.clock = FakeClock()
+        self.clock = ManualClock()
         self.signals = FakeMessageSignals(self.clock)
         self.memory = AnnouncingMemoryRepository(self.clock, self.signals)
         self.repository = CountingRepository(self.memory)
@@ -379,9 +379,9 @@ class RecordingAnnouncer:
 
 
 async def test_only_changes_that_can_make_a_message_deliverable_are_announced() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     announcer = RecordingAnnouncer()
-    memory = InMemoryRepository(clock)
+    memory = MemoryStorage(clock)
     messages = AnnouncingMessages(memory, announcer)
     details = RepositoryQueueDetails(memory)
     names = DetailsQueueNames(details)
@@ -416,9 +416,9 @@ async def test_only_changes_that_can_make_a_message_deliverable_are_announced() 
 
 
 async def test_a_redrive_is_announced_only_when_something_moved() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     announcer = RecordingAnnouncer()
-    memory = InMemoryRepository(clock)
+    memory = MemoryStorage(clock)
     dead_letters = AnnouncingDeadLetters(memory, announcer)
     details = RepositoryQueueDetails(memory)
     queue = await CreateQueue(memory, details, DetailsQueueNames(details), Uuid7Generator(), clock)(
@@ -451,9 +451,9 @@ async def test_a_redrive_is_announced_only_when_something_moved() -> None:
 async def test_the_postgres_wiring_leaves_queue_changes_to_the_database_trigger() -> None:
     """The production decorators wrap the message and dead-letter ports only: a pause or
     a resume goes through the queue port, which PostgreSQL's trigger announces."""
-    clock = FakeClock()
+    clock = ManualClock()
     announcer = RecordingAnnouncer()
-    memory = InMemoryRepository(clock)
+    memory = MemoryStorage(clock)
     messages = AnnouncingMessages(memory, announcer)
     details = RepositoryQueueDetails(memory)
     names = DetailsQueueNames(details)
@@ -467,9 +467,9 @@ async def test_the_postgres_wiring_leaves_queue_changes_to_the_database_trigger(
 
 
 async def test_over_the_memory_repository_queue_changes_are_announced_as_such() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     announcer = RecordingAnnouncer()
-    queues = AnnouncingQueues(InMemoryRepository(clock), announcer)
+    queues = AnnouncingQueues(MemoryStorage(clock), announcer)
     details = RepositoryQueueDetails(queues)
     names = DetailsQueueNames(details)
     queue = await CreateQueue(queues, details, names, Uuid7Generator(), clock)(

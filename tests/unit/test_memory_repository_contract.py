@@ -7,17 +7,17 @@ from uuid import UUID
 
 import pytest
 
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.leadership import InMemoryLeadership, InMemoryLock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.domain.message import DeadLetter
 from tests.contract.repository_contract import RepositoryContract
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
-from tests.support.memory.repository import InMemoryRepository
 
 
 class MemoryHarness:
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.repository = InMemoryRepository(self.clock)
+        self.clock = ManualClock()
+        self.repository = MemoryStorage(self.clock)
         # One object serves every port.
         self.queues = self.messages = self.dead_letters = self.repository
         self.audit_log = self.state = self.maintenance = self.repository

@@ -12,6 +12,9 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.secrets import RandomServerSecrets
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.system import Uuid7Generator
 from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
 from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
@@ -45,16 +48,13 @@ from retsu.domain.errors import (
 )
 from retsu.domain.message import DeliveredMessage, NewMessage, Receipt
 from retsu.domain.queue import Queue
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.events import RecordingQueueEvents
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.secrets import RandomServerSecrets
+from tests.support.doubles.events import RecordingQueueEvents
 
 ALICE = Caller(actor="alice", request_id="req-1")
 
 
 class SpyDetails(RepositoryQueueDetails):
-    def __init__(self, queues: InMemoryRepository, log: list[str]) -> None:
+    def __init__(self, queues: MemoryStorage, log: list[str]) -> None:
         super().__init__(queues)
         self.log = log
 
@@ -79,8 +79,8 @@ class SpyNames(DetailsQueueNames):
 
 class World:
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.repository = r = InMemoryRepository(self.clock)
+        self.clock = ManualClock()
+        self.repository = r = MemoryStorage(self.clock)
         self.cache_log: list[str] = []
         self.details = SpyDetails(r, self.cache_log)
         self.names = SpyNames(self.details, self.cache_log)

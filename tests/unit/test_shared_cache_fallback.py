@@ -31,7 +31,7 @@ from retsu.entrypoints.containers import ApiContainer
 from retsu.entrypoints.settings import build_settings
 
 
-class FakeClock:
+class ManualClock:
     def __init__(self) -> None:
         self.now = 0.0
 
@@ -141,7 +141,7 @@ def a_queue(name: str = "orders", **settings: int) -> Queue:
 
 class World:
     def __init__(self) -> None:
-        self.clock = FakeClock()
+        self.clock = ManualClock()
         self.redis = FakeRedis()
         self.repository = Repository()
         self.breaker = CircuitBreaker(clock=self.clock)

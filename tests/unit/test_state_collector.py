@@ -9,6 +9,13 @@ from datetime import timedelta
 
 import pytest
 
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.leadership import (
+    InMemoryLeaderSession,
+    InMemoryLeadership,
+    InMemoryLock,
+)
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import OVERFLOW_LABEL, Metrics
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
@@ -17,14 +24,7 @@ from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.queue import Queue, QueueSettings
 from retsu.domain.state import PriorityState, StateSnapshot
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.leadership import (
-    InMemoryLeaderSession,
-    InMemoryLeadership,
-    InMemoryLock,
-)
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.sleeper import FakeSleeper
+from tests.support.doubles.sleeper import FakeSleeper
 
 SCHEDULE = CollectorSchedule(collection_interval_seconds=15, leadership_retry_interval_seconds=20)
 
@@ -56,12 +56,12 @@ class RecordingSnapshots:
 
 class World:
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.repository = InMemoryRepository(self.clock)
+        self.clock = ManualClock()
+        self.repository = MemoryStorage(self.clock)
         self.lock = InMemoryLock()
 
     def collector(
-        self, *, stop_after: int | None = None, clock: FakeClock | None = None
+        self, *, stop_after: int | None = None, clock: ManualClock | None = None
     ) -> tuple[StateMetricsCollector, InMemoryLeadership, RecordingSnapshots, FakeSleeper]:
         leadership = InMemoryLeadership(self.lock, self.repository)
         snapshots = RecordingSnapshots()
@@ -353,7 +353,7 @@ def state(name: str, priority: Priority, ready: int, oldest: float = 0.0) -> Pri
 
 def test_a_standby_exports_no_state_gauges_at_all() -> None:
     metrics = Metrics()
-    exporter = StateMetricsExporter(metrics, FakeClock())
+    exporter = StateMetricsExporter(metrics, ManualClock())
     exporter.collection_finished("success", 0.1)  # ignored before leadership
     text = metrics.render()[0].decode()
     assert "queue_messages_ready" not in text
@@ -362,7 +362,7 @@ def test_a_standby_exports_no_state_gauges_at_all() -> None:
 
 
 def test_the_leader_exports_every_queue_and_priority_zeros_included() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     metrics = Metrics()
     exporter = StateMetricsExporter(metrics, clock)
     exporter.leadership_acquired()
@@ -387,7 +387,7 @@ def test_the_leader_exports_every_queue_and_priority_zeros_included() -> None:
 
 
 def test_an_old_leader_stops_exporting_state_when_leadership_ends() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     metrics = Metrics()
     exporter = StateMetricsExporter(metrics, clock)
     exporter.leadership_acquired()
@@ -404,7 +404,7 @@ def test_an_old_leader_stops_exporting_state_when_leadership_ends() -> None:
 
 
 def test_queues_past_the_label_budget_are_summed_under_overflow() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     metrics = Metrics(max_queues=1)
     exporter = StateMetricsExporter(metrics, clock)
     exporter.leadership_acquired()

@@ -18,13 +18,13 @@ from uuid import UUID
 
 import pytest
 
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.application.clean_expired_messages import CleanExpiredMessages
 from retsu.domain.audit import AuditAction, AuditEntry, Caller
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.queue import Queue, QueueSettings
 from retsu.domain.state import PriorityState, QueueStats
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.repository import InMemoryRepository
 
 H, M, L = Priority.HIGH, Priority.MEDIUM, Priority.LOW
 
@@ -152,8 +152,8 @@ def assert_counts(
 
 class MemoryDriver:
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.repository = InMemoryRepository(self.clock)
+        self.clock = ManualClock()
+        self.repository = MemoryStorage(self.clock)
 
     async def add_queue(self, name: str, *, max_attempts: int) -> UUID:
         queue = await self.repository.add_queue(

@@ -33,6 +33,8 @@ from retsu.adapters.http.middleware import (
     TracingMiddleware,
 )
 from retsu.adapters.ids import uuid7
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.instrumented import (
     Instrumentation,
     InstrumentedLeadership,
@@ -45,9 +47,7 @@ from retsu.domain.errors import DatabaseUnavailable, QueueAlreadyExists
 from retsu.domain.message import DequeueResult, MessageToStore, Priority, Receipt
 from retsu.entrypoints.containers import ApiContainer
 from retsu.entrypoints.settings import build_settings
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.storage import MemoryStorageContainer
+from tests.support.doubles.storage import MemoryStorageContainer
 
 # The HTTP tests' clock and metrics fixtures.
 from tests.unit.http.conftest import clock, metrics  # noqa: F401
@@ -84,16 +84,16 @@ def instrumentation(metrics: Metrics, tracing: Tracing) -> Instrumentation:  # n
 
 
 @pytest.fixture
-def repository_class() -> type[InMemoryRepository]:
-    return InMemoryRepository
+def repository_class() -> type[MemoryStorage]:
+    return MemoryStorage
 
 
 @pytest.fixture
 def container(
-    clock: FakeClock,  # noqa: F811
+    clock: ManualClock,  # noqa: F811
     metrics: Metrics,  # noqa: F811
     tracing: Tracing,
-    repository_class: type[InMemoryRepository],
+    repository_class: type[MemoryStorage],
 ) -> Iterator[ApiContainer]:
     """The API container, its storage overridden with the memory storage container."""
     settings = build_settings(
@@ -243,7 +243,7 @@ async def test_an_unmatched_path_is_named_by_its_method_only(
     assert server.status.status_code == StatusCode.UNSET  # a 4xx is the caller's error
 
 
-class _BrokenRepository(InMemoryRepository):
+class _BrokenRepository(MemoryStorage):
     async def enqueue(self, queue_id: Any, messages: Sequence[MessageToStore]) -> None:
         raise ConnectionResetError("the database went away")
 

@@ -9,6 +9,8 @@ from uuid import UUID
 import pytest
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.system import Uuid7Generator
 from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
 from retsu.application.create_queue import CreateQueue, CreateQueueCommand
@@ -26,17 +28,15 @@ from retsu.domain.message import (
     Receipt,
 )
 from retsu.domain.queue import Queue, QueueSettings
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.events import RecordingQueueEvents
-from tests.support.memory.repository import InMemoryRepository
+from tests.support.doubles.events import RecordingQueueEvents
 
 
 class World:
     """The use cases wired to memory adapters, plus a few helpers that read like the domain."""
 
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.repository = InMemoryRepository(self.clock)
+        self.clock = ManualClock()
+        self.repository = MemoryStorage(self.clock)
         self.details = RepositoryQueueDetails(self.repository)
         self.names = DetailsQueueNames(self.details)
         self.events = RecordingQueueEvents()

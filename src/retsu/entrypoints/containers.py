@@ -3,7 +3,7 @@
 Tests swap adapters by overriding providers, never by patching modules: the whole
 storage at once with a container that has ``StorageContainer``'s provider names
 (``container.storage.override(MemoryStorageContainer(...))``, see
-``tests/support/memory/storage.py``), or one port
+``tests/support/doubles/storage.py``), or one port
 (``container.storage.messages.override(providers.Object(fake))``).
 """
 
@@ -157,7 +157,7 @@ class StorageContainer(containers.DeclarativeContainer):
     timed and, when tracing is on, traced); the message and dead-letter ports are also
     announced to the long polls after each committed change that can make a message
     deliverable. A test replaces the whole storage with a container of the same
-    provider names (``tests/support/memory/storage.py``) or overrides one port.
+    provider names (``tests/support/doubles/storage.py``) or overrides one port.
     """
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)

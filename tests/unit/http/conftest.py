@@ -14,14 +14,14 @@ from dependency_injector import providers
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.secrets import RandomServerSecrets
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.signals import InProcessMessageSignals
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.entrypoints.containers import ApiContainer
 from retsu.entrypoints.settings import build_settings
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.secrets import RandomServerSecrets
-from tests.support.memory.storage import AnnouncingMemoryRepository, LocalMessageSignals
+from tests.support.doubles.storage import AnnouncingMemoryRepository, LocalMessageSignals
 from tests.unit.http.helpers import Client, NewQueue
 
 # Both caches off: lookups read the repository straight through (RepositoryQueueDetails,
@@ -50,7 +50,7 @@ async def _ready() -> None:
 
 def api_container(
     *,
-    clock: FakeClock,
+    clock: ManualClock,
     repository: Any,
     metrics: Metrics,
     signals: InProcessMessageSignals | None = None,
@@ -70,12 +70,12 @@ def api_container(
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def repository(clock: FakeClock, signals: InProcessMessageSignals) -> InMemoryRepository:
+def repository(clock: ManualClock, signals: InProcessMessageSignals) -> MemoryStorage:
     # Announces committed changes to long polls, as production's decorators do.
     return AnnouncingMemoryRepository(clock, signals)
 
@@ -92,7 +92,7 @@ def signals() -> InProcessMessageSignals:
 
 @pytest.fixture
 def container(
-    clock: FakeClock, repository: Any, metrics: Metrics, signals: InProcessMessageSignals
+    clock: ManualClock, repository: Any, metrics: Metrics, signals: InProcessMessageSignals
 ) -> ApiContainer:
     return api_container(clock=clock, repository=repository, metrics=metrics, signals=signals)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.memory.clock import FakeClock
+from retsu.adapters.memory.clock import ManualClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 ROW_KEYS = {"id", "at", "actor", "action", "target_type", "target_id", "request_id", "details"}
@@ -21,7 +21,7 @@ async def _log(client: Client, **params: Any) -> list[dict[str, Any]]:
 
 
 async def test_every_operator_action_writes_one_row(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue("audited", max_delivery_attempts=1)
     qid = queue["id"]

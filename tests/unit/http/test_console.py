@@ -23,13 +23,13 @@ from retsu.adapters.http.console.session import (
     SESSION_IDLE_SECONDS,
     SESSION_MAX_AGE_SECONDS,
 )
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.leadership import InMemoryLeadership, InMemoryLock
+from retsu.adapters.memory.secrets import RandomServerSecrets
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.domain.errors import DatabaseUnavailable
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.console_cookies import forge_cookie, read_cookie
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.secrets import RandomServerSecrets
 from tests.unit.http.conftest import STORAGE_PORTS
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
@@ -318,8 +318,8 @@ async def test_consumers_health_and_history_charts(
     client: Client,
     new_queue: NewQueue,
     container: ApiContainer,
-    repository: InMemoryRepository,
-    clock: FakeClock,
+    repository: MemoryStorage,
+    clock: ManualClock,
 ) -> None:
     queue = (await new_queue("reports"))["id"]
     messages = f"/v1/queues/{queue}/messages"
@@ -357,7 +357,7 @@ async def test_consumers_health_and_history_charts(
     assert bad.status_code == 400 and "invalid_health" in bad.text
 
 
-async def _snapshot(repository: InMemoryRepository) -> None:
+async def _snapshot(repository: MemoryStorage) -> None:
     session = await InMemoryLeadership(InMemoryLock(), repository).try_acquire()
     assert session is not None
     await session.record_history(await session.read_state())
@@ -377,9 +377,9 @@ async def test_unknown_things_are_pages_with_the_api_codes(client: Client) -> No
 
 
 async def test_an_unreachable_database_is_a_503_page_with_retry_after(
-    container: ApiContainer, clock: FakeClock
+    container: ApiContainer, clock: ManualClock
 ) -> None:
-    class Unreachable(InMemoryRepository):
+    class Unreachable(MemoryStorage):
         async def list_queues(self, *args: Any, **kwargs: Any) -> Any:
             raise DatabaseUnavailable()
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.leadership import InMemoryLeadership, InMemoryLock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.application.track_consumers import ConsumerTracker
 from retsu.entrypoints.containers import ApiContainer
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
-from tests.support.memory.repository import InMemoryRepository
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 
@@ -26,7 +26,7 @@ async def _dequeue(client: Client, queue_id: str, consumer: str | None, **body: 
 
 
 async def test_a_named_consumer_is_listed_after_the_coalesced_write(
-    client: Client, new_queue: NewQueue, container: ApiContainer, clock: FakeClock
+    client: Client, new_queue: NewQueue, container: ApiContainer, clock: ManualClock
 ) -> None:
     queue = await new_queue()
     for payload in ("a", "b"):
@@ -115,7 +115,7 @@ async def test_bad_consumer_list_parameters(
 
 
 async def test_consumers_page_with_a_cursor(
-    client: Client, new_queue: NewQueue, container: ApiContainer, clock: FakeClock
+    client: Client, new_queue: NewQueue, container: ApiContainer, clock: ManualClock
 ) -> None:
     queue = await new_queue()
     for i in range(3):
@@ -134,7 +134,7 @@ async def test_consumers_page_with_a_cursor(
 # -- history ----------------------------------------------------------------------------------
 
 
-async def _snapshot(repository: InMemoryRepository) -> None:
+async def _snapshot(repository: MemoryStorage) -> None:
     session = await InMemoryLeadership(InMemoryLock(), repository).try_acquire()
     assert session is not None
     await session.record_history(await session.read_state())
@@ -142,7 +142,7 @@ async def _snapshot(repository: InMemoryRepository) -> None:
 
 
 async def test_history_points_count_what_happened(
-    client: Client, new_queue: NewQueue, repository: InMemoryRepository, clock: FakeClock
+    client: Client, new_queue: NewQueue, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     queue = await new_queue()
     messages = f"/v1/queues/{queue['id']}/messages"
@@ -198,7 +198,7 @@ async def test_history_of_an_unknown_queue_is_queue_not_found(client: Client) ->
 
 
 async def test_a_day_of_history_never_holds_more_than_360_points(
-    client: Client, new_queue: NewQueue, repository: InMemoryRepository, clock: FakeClock
+    client: Client, new_queue: NewQueue, repository: MemoryStorage, clock: ManualClock
 ) -> None:
     # 24 h in 240-s buckets is 360 widths; a window not aligned to them touches 361 buckets,
     # and the oldest, partial one is left out.

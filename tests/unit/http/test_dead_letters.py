@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.memory.clock import FakeClock
+from retsu.adapters.memory.clock import ManualClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 DEAD_LETTER_KEYS = {
@@ -22,7 +22,7 @@ DEAD_LETTER_KEYS = {
 }
 
 
-async def _poison(client: Client, clock: FakeClock, queue_id: str, *payloads: str) -> list[str]:
+async def _poison(client: Client, clock: ManualClock, queue_id: str, *payloads: str) -> list[str]:
     """Dead-letter ``payloads`` with one dequeue (the queue allows one attempt); returns ids."""
     ids = []
     for payload in payloads:
@@ -48,7 +48,7 @@ async def queue(new_queue: NewQueue) -> dict[str, Any]:
 
 
 async def test_list_dead_letters_newest_first(
-    client: Client, clock: FakeClock, queue: dict[str, Any]
+    client: Client, clock: ManualClock, queue: dict[str, Any]
 ) -> None:
     older = await _poison(client, clock, queue["id"], "a", "b")
     newer = await _poison(client, clock, queue["id"], "c")
@@ -67,7 +67,7 @@ async def test_list_dead_letters_newest_first(
 
 
 async def test_list_dead_letters_with_a_cursor(
-    client: Client, clock: FakeClock, queue: dict[str, Any]
+    client: Client, clock: ManualClock, queue: dict[str, Any]
 ) -> None:
     ids = await _poison(client, clock, queue["id"], *(str(i) for i in range(5)))
     seen: list[str] = []
@@ -83,7 +83,7 @@ async def test_list_dead_letters_with_a_cursor(
 
 
 async def test_a_dead_letter_cursor_is_bound_to_its_queue(
-    client: Client, clock: FakeClock, queue: dict[str, Any], new_queue: NewQueue
+    client: Client, clock: ManualClock, queue: dict[str, Any], new_queue: NewQueue
 ) -> None:
     other = await new_queue("other", max_delivery_attempts=1)
     await _poison(client, clock, queue["id"], "a", "b")
@@ -115,7 +115,7 @@ async def test_list_dead_letters_bad_query(
 
 
 async def test_read_one_dead_letter(
-    client: Client, clock: FakeClock, queue: dict[str, Any]
+    client: Client, clock: ManualClock, queue: dict[str, Any]
 ) -> None:
     (message_id,) = await _poison(client, clock, queue["id"], "x")
     response = await client.get(f"/v1/queues/{queue['id']}/dead-letters/{message_id}")
@@ -127,7 +127,7 @@ async def test_read_one_dead_letter(
     assert listed == [body]
 
 
-async def test_redrive_one(client: Client, clock: FakeClock, queue: dict[str, Any]) -> None:
+async def test_redrive_one(client: Client, clock: ManualClock, queue: dict[str, Any]) -> None:
     (message_id,) = await _poison(client, clock, queue["id"], "again")
     response = await client.post(f"/v1/queues/{queue['id']}/dead-letters/{message_id}/redrive")
     assert response.status_code == 201
@@ -145,7 +145,7 @@ async def test_redrive_one(client: Client, clock: FakeClock, queue: dict[str, An
     assert 'queue_messages_redriven_total{queue_name="dlq"} 1.0' in metrics
 
 
-async def test_bulk_redrive(client: Client, clock: FakeClock, queue: dict[str, Any]) -> None:
+async def test_bulk_redrive(client: Client, clock: ManualClock, queue: dict[str, Any]) -> None:
     await _poison(client, clock, queue["id"], "a", "b")
     await _poison(client, clock, queue["id"], "c")
     path = f"/v1/queues/{queue['id']}/dead-letters/redrive"
@@ -192,7 +192,7 @@ async def test_bulk_redrive_limits_at_the_bounds(client: Client, queue: dict[str
 
 
 async def test_delete_a_dead_letter(
-    client: Client, clock: FakeClock, queue: dict[str, Any]
+    client: Client, clock: ManualClock, queue: dict[str, Any]
 ) -> None:
     first, second = await _poison(client, clock, queue["id"], "a", "b")
     path = f"/v1/queues/{queue['id']}/dead-letters/{first}"

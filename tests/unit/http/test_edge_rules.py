@@ -15,10 +15,10 @@ from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.domain.errors import DatabaseUnavailable
 from retsu.entrypoints.containers import ApiContainer
-from tests.support.memory.repository import InMemoryRepository
 from tests.unit.http.conftest import STORAGE_PORTS
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem, raw_request
 
@@ -212,7 +212,7 @@ async def test_a_client_that_disconnects_mid_body_is_no_server_error(
 # -- a database outage (issue 9, item 6) -------------------------------------------------
 
 
-class UnreachableRepository(InMemoryRepository):
+class UnreachableRepository(MemoryStorage):
     """PostgreSQL refusing connections, as the storage adapter reports it."""
 
     async def enqueue(self, *args: Any, **kwargs: Any) -> Any:

@@ -19,12 +19,12 @@ from dependency_injector import providers
 from litestar import Litestar
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue
 from retsu.entrypoints.containers import ApiContainer
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.signals import FakeMessageSignals
-from tests.support.memory.storage import AnnouncingMemoryRepository
+from tests.support.doubles.signals import FakeMessageSignals
+from tests.support.doubles.storage import AnnouncingMemoryRepository
 from tests.unit.http.helpers import NewQueue
 
 Client = httpx.AsyncClient
@@ -41,12 +41,12 @@ class FakeSignals(FakeMessageSignals):
 
 
 @pytest.fixture
-def signals(clock: FakeClock) -> FakeMessageSignals:
+def signals(clock: ManualClock) -> FakeMessageSignals:
     return FakeSignals(clock)
 
 
 @pytest.fixture
-def repository(clock: FakeClock, signals: FakeMessageSignals) -> Any:
+def repository(clock: ManualClock, signals: FakeMessageSignals) -> Any:
     return AnnouncingMemoryRepository(clock, signals)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.memory.clock import FakeClock
+from retsu.adapters.memory.clock import ManualClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 ITEM_KEYS = {
@@ -33,7 +33,7 @@ async def _send(client: Client, queue_id: str, payload: str, priority: str, **ex
     return message_id
 
 
-async def _mixed(client: Client, clock: FakeClock, queue_id: str) -> dict[str, str]:
+async def _mixed(client: Client, clock: ManualClock, queue_id: str) -> dict[str, str]:
     """ready: high (released once), low-1, low-2 · in flight: medium · delayed: later."""
     ids = {}
     for payload, priority, delay in [
@@ -68,7 +68,7 @@ async def _list(client: Client, queue_id: str, **params: Any) -> dict[str, Any]:
 
 
 async def test_each_state_in_its_order(
-    client: Client, clock: FakeClock, new_queue: NewQueue
+    client: Client, clock: ManualClock, new_queue: NewQueue
 ) -> None:
     queue = await new_queue()
     ids = await _mixed(client, clock, queue["id"])
@@ -95,7 +95,9 @@ async def test_each_state_in_its_order(
     assert high["enqueued_at"].endswith("Z") or high["enqueued_at"].endswith("+00:00")
 
 
-async def test_browsing_never_claims(client: Client, clock: FakeClock, new_queue: NewQueue) -> None:
+async def test_browsing_never_claims(
+    client: Client, clock: ManualClock, new_queue: NewQueue
+) -> None:
     queue = await new_queue()
     await _mixed(client, clock, queue["id"])
     before = (await client.get(f"/v1/queues/{queue['id']}")).json()["stats"]
@@ -106,7 +108,7 @@ async def test_browsing_never_claims(client: Client, clock: FakeClock, new_queue
     assert "receipt_handle" not in str(await _list(client, queue["id"]))
 
 
-async def test_priority_filter(client: Client, clock: FakeClock, new_queue: NewQueue) -> None:
+async def test_priority_filter(client: Client, clock: ManualClock, new_queue: NewQueue) -> None:
     queue = await new_queue()
     await _mixed(client, clock, queue["id"])
     low = await _list(client, queue["id"], priority="LOW")
@@ -117,7 +119,7 @@ async def test_priority_filter(client: Client, clock: FakeClock, new_queue: NewQ
 
 @pytest.mark.parametrize("state", [None, "ready", "in_flight", "delayed"])
 async def test_pages_walk_every_message_once(
-    client: Client, clock: FakeClock, new_queue: NewQueue, state: str | None
+    client: Client, clock: ManualClock, new_queue: NewQueue, state: str | None
 ) -> None:
     queue = await new_queue()
     for i in range(5):
@@ -202,7 +204,7 @@ async def test_an_unknown_queue_is_404(client: Client) -> None:
     assert_problem(await client.get(f"{base}/nope"), 400, "invalid_path")
 
 
-async def test_show_and_delete_one(client: Client, clock: FakeClock, new_queue: NewQueue) -> None:
+async def test_show_and_delete_one(client: Client, clock: ManualClock, new_queue: NewQueue) -> None:
     queue = await new_queue()
     ids = await _mixed(client, clock, queue["id"])
     url = f"/v1/queues/{queue['id']}/messages/{ids['medium']}"
@@ -244,7 +246,7 @@ async def test_a_deleted_messages_delivery_still_acknowledges_204(
 
 
 async def test_acknowledged_expired_and_unknown_ids_are_404(
-    client: Client, clock: FakeClock, new_queue: NewQueue
+    client: Client, clock: ManualClock, new_queue: NewQueue
 ) -> None:
     queue = await new_queue()
     short = await _send(client, queue["id"], "short", "LOW", ttl_seconds=5)
@@ -264,7 +266,7 @@ async def test_acknowledged_expired_and_unknown_ids_are_404(
 
 
 async def test_a_redriven_message_names_its_dead_letter(
-    client: Client, clock: FakeClock, new_queue: NewQueue
+    client: Client, clock: ManualClock, new_queue: NewQueue
 ) -> None:
     queue = await new_queue("dlq", max_delivery_attempts=1)
     await _send(client, queue["id"], "a", "LOW")

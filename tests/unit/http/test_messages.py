@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.repository import InMemoryRepository
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from tests.unit.http.helpers import Client, NewQueue, assert_problem
 
 MESSAGE_KEYS = {"id", "payload", "priority", "receipt_handle", "delivery_attempts", "enqueued_at"}
@@ -78,7 +78,7 @@ async def test_enqueue_nulls_mean_absent(client: Client, new_queue: NewQueue) ->
     ],
 )
 async def test_enqueue_range_errors(
-    client: Client, new_queue: NewQueue, repository: InMemoryRepository, extra: Any, code: str
+    client: Client, new_queue: NewQueue, repository: MemoryStorage, extra: Any, code: str
 ) -> None:
     queue = await new_queue()
     response = await client.post(
@@ -117,7 +117,7 @@ async def test_delay_not_shorter_than_the_queue_default_lifetime(
 
 
 async def test_delayed_message_becomes_deliverable(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue()
     await _enqueue(client, queue["id"], "later", "HIGH", delay_seconds=10)
@@ -180,7 +180,7 @@ async def test_batch_size_bounds_rejected(client: Client, new_queue: NewQueue, s
 async def test_batch_invalid_entry_names_its_index(
     client: Client,
     new_queue: NewQueue,
-    repository: InMemoryRepository,
+    repository: MemoryStorage,
     entry: dict[str, Any],
     code: str,
     size: int,
@@ -334,7 +334,7 @@ async def test_dequeue_option_bounds(
 
 
 async def test_redelivery_after_the_visibility_timeout(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue(visibility_timeout_seconds=30)
     await _enqueue(client, queue["id"], "job", "HIGH")
@@ -349,7 +349,7 @@ async def test_redelivery_after_the_visibility_timeout(
 
 
 async def test_visibility_timeout_override(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue(visibility_timeout_seconds=300)
     await _enqueue(client, queue["id"], "job", "HIGH")
@@ -360,7 +360,7 @@ async def test_visibility_timeout_override(
 
 
 async def test_dead_lettering_after_max_attempts(
-    client: Client, new_queue: NewQueue, clock: FakeClock, repository: InMemoryRepository
+    client: Client, new_queue: NewQueue, clock: ManualClock, repository: MemoryStorage
 ) -> None:
     queue = await new_queue(max_delivery_attempts=2, visibility_timeout_seconds=10)
     await _enqueue(client, queue["id"], "poison", "HIGH")
@@ -381,7 +381,7 @@ async def test_dead_lettering_after_max_attempts(
 
 
 async def test_acknowledge_removes_the_message(
-    client: Client, new_queue: NewQueue, clock: FakeClock, repository: InMemoryRepository
+    client: Client, new_queue: NewQueue, clock: ManualClock, repository: MemoryStorage
 ) -> None:
     queue = await new_queue()
     await _enqueue(client, queue["id"], "job", "HIGH")
@@ -394,7 +394,7 @@ async def test_acknowledge_removes_the_message(
 
 
 async def test_stale_handle_never_removes_a_newer_delivery(
-    client: Client, new_queue: NewQueue, clock: FakeClock, repository: InMemoryRepository
+    client: Client, new_queue: NewQueue, clock: ManualClock, repository: MemoryStorage
 ) -> None:
     queue = await new_queue(visibility_timeout_seconds=10)
     await _enqueue(client, queue["id"], "job", "HIGH")
@@ -408,7 +408,7 @@ async def test_stale_handle_never_removes_a_newer_delivery(
 
 
 async def test_acknowledge_after_the_timeout_elapsed_is_204_and_keeps_the_message(
-    client: Client, new_queue: NewQueue, clock: FakeClock, repository: InMemoryRepository
+    client: Client, new_queue: NewQueue, clock: ManualClock, repository: MemoryStorage
 ) -> None:
     queue = await new_queue(visibility_timeout_seconds=10)
     await _enqueue(client, queue["id"], "job", "HIGH")
@@ -450,7 +450,7 @@ async def test_acknowledge_invalid_json(client: Client, new_queue: NewQueue, bod
 
 
 async def test_batch_acknowledge(
-    client: Client, new_queue: NewQueue, repository: InMemoryRepository
+    client: Client, new_queue: NewQueue, repository: MemoryStorage
 ) -> None:
     queue = await new_queue()
     for i in range(3):

@@ -10,11 +10,11 @@ import pytest
 from dependency_injector import providers
 from litestar.testing import AsyncTestClient
 
+from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue, DequeueCommand
 from retsu.domain.message import DeliveredMessage
 from retsu.entrypoints.containers import ApiContainer
-from tests.support.memory.clock import FakeClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 # -- x-request-id ----------------------------------------------------------------------
@@ -218,7 +218,7 @@ async def test_metrics_after_a_workload(client: Client, new_queue: NewQueue) -> 
 
 
 async def test_metrics_count_dead_letters(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue("jobs", max_delivery_attempts=1, visibility_timeout_seconds=5)
     await client.post(

@@ -21,8 +21,8 @@ from openapi_spec_validator import validate
 from retsu.adapters.http import dto
 from retsu.adapters.http.auth import ADMIN, SCOPES, ApiToken, AuthConfig, accepted_scopes
 from retsu.adapters.http.openapi import DOCS_PATH, OPENAPI_PATH
+from retsu.adapters.memory.clock import ManualClock
 from retsu.entrypoints.containers import ApiContainer
-from tests.support.memory.clock import FakeClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "retsu"
@@ -340,7 +340,7 @@ async def checker(app: Litestar) -> AsyncIterator[Checker]:
 
 
 async def test_real_responses_match_the_document(
-    client: Client, checker: Checker, new_queue: NewQueue, clock: FakeClock, app: Litestar
+    client: Client, checker: Checker, new_queue: NewQueue, clock: ManualClock, app: Litestar
 ) -> None:
     ops = _app_operations(app)
     c = checker.check

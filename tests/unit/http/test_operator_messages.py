@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from litestar import Litestar
 
-from tests.support.memory.clock import FakeClock
+from retsu.adapters.memory.clock import ManualClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem, raw_request
 
 MESSAGE = {"payload": "hello", "priority": "HIGH"}
@@ -96,7 +96,7 @@ async def test_keys_are_scoped_to_the_queue(client: Client, new_queue: NewQueue)
 
 
 async def test_keys_are_remembered_for_24_hours(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue()
     first = (await _keyed(client, queue["id"], "k")).json()
@@ -195,7 +195,7 @@ async def _visibility(client: Client, queue_id: str, message: dict[str, Any], se
 
 
 async def test_visibility_extends_the_lease(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue(visibility_timeout_seconds=10)
     await client.post(f"/v1/queues/{queue['id']}/messages", json=MESSAGE)
@@ -226,7 +226,7 @@ async def test_visibility_zero_releases_now(client: Client, new_queue: NewQueue)
 
 
 async def test_visibility_with_a_stale_or_junk_handle_is_409(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue(visibility_timeout_seconds=10)
     await client.post(f"/v1/queues/{queue['id']}/messages", json=MESSAGE)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.memory.clock import FakeClock
+from retsu.adapters.memory.clock import ManualClock
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
 QUEUE_KEYS = {
@@ -123,7 +123,7 @@ async def test_list_queues_tampered_cursor(client: Client, new_queue: NewQueue) 
 
 
 async def test_get_queue_with_exact_stats(
-    client: Client, new_queue: NewQueue, clock: FakeClock
+    client: Client, new_queue: NewQueue, clock: ManualClock
 ) -> None:
     queue = await new_queue(max_delivery_attempts=1, visibility_timeout_seconds=5)
     qid = queue["id"]

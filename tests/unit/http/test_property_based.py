@@ -28,10 +28,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.dequeue import Dequeue
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.repository import InMemoryRepository
 from tests.unit.http.conftest import api_container
 
 EXAMPLES_PER_OPERATION = 12
@@ -48,8 +48,8 @@ class World:
     dead letter."""
 
     def __init__(self) -> None:
-        clock = FakeClock()
-        repository = InMemoryRepository(clock)
+        clock = ManualClock()
+        repository = MemoryStorage(clock)
         metrics = Metrics()
         container = api_container(clock=clock, repository=repository, metrics=metrics)
         # Long polls end at once: each look at the clock is 100 s later than the last.

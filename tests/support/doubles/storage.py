@@ -6,7 +6,7 @@ PostgreSQL storage of a role container for it::
 
     container = WorkerContainer(settings=settings)
     memory = MemoryStorageContainer(
-        database=InMemoryRepository(clock), instrumentation=container.core.instrumentation
+        database=MemoryStorage(clock), instrumentation=container.core.instrumentation
     )
     container.storage.override(memory)
 
@@ -30,6 +30,10 @@ from uuid import UUID
 from dependency_injector import containers, providers
 
 from retsu.adapters.announcing import AnnouncingDeadLetters, AnnouncingMessages
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.leadership import InMemoryLeadership, InMemoryLock
+from retsu.adapters.memory.secrets import RandomServerSecrets
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.signals import Announcer, InProcessMessageSignals
 from retsu.adapters.telemetry.instrumented import (
     Instrumentation,
@@ -51,10 +55,6 @@ from retsu.domain.cursor import QueuePosition
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.message import MessageToStore, Receipt
 from retsu.domain.queue import Queue, QueueSettingsUpdate
-from tests.support.memory.clock import FakeClock
-from tests.support.memory.leadership import InMemoryLeadership, InMemoryLock
-from tests.support.memory.repository import InMemoryRepository
-from tests.support.memory.secrets import RandomServerSecrets
 
 
 class AnnouncingQueues:
@@ -97,7 +97,7 @@ class AnnouncingQueues:
         return deleted
 
 
-class AnnouncingMemoryRepository(InMemoryRepository):
+class AnnouncingMemoryRepository(MemoryStorage):
     """One in-memory repository for every port, announcing what production announces:
     the message rules of ``retsu.adapters.announcing`` and the trigger's queue changes."""
 
@@ -167,16 +167,16 @@ async def _ready() -> None:
 
 
 class MemoryStorageContainer(containers.DeclarativeContainer):
-    """``StorageContainer``'s provider names over one ``InMemoryRepository``."""
+    """``StorageContainer``'s provider names over one ``MemoryStorage``."""
 
     instrumentation: providers.Dependency[Instrumentation] = providers.Dependency(
         instance_of=Instrumentation,
         default=providers.Singleton(Instrumentation, providers.Singleton(Metrics)),
     )
     # The store behind every port (StorageContainer's ``database`` is PostgreSQL's).
-    database: providers.Dependency[InMemoryRepository] = providers.Dependency(
-        instance_of=InMemoryRepository,
-        default=providers.Singleton(InMemoryRepository, providers.Singleton(FakeClock)),
+    database: providers.Dependency[MemoryStorage] = providers.Dependency(
+        instance_of=MemoryStorage,
+        default=providers.Singleton(MemoryStorage, providers.Singleton(ManualClock)),
     )
     message_signals = providers.Singleton(LocalMessageSignals)
 

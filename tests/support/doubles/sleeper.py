@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from tests.support.memory.clock import FakeClock
+from retsu.adapters.memory.clock import ManualClock
 
 
 class FakeSleeper:
-    def __init__(self, clock: FakeClock | None = None, *, stop_after: int | None = None) -> None:
+    def __init__(self, clock: ManualClock | None = None, *, stop_after: int | None = None) -> None:
         self.clock = clock
         self.sleeps: list[float] = []
         self._stop_after = stop_after

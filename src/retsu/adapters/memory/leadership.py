@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.application.ports import LeadershipLost
 from retsu.domain.state import PriorityState
-from tests.support.memory.repository import InMemoryRepository
 
 
 class InMemoryLock:
@@ -15,9 +15,9 @@ class InMemoryLock:
 
 
 class InMemoryLeaderSession:
-    def __init__(self, lock: InMemoryLock, repository: InMemoryRepository) -> None:
+    def __init__(self, lock: InMemoryLock, storage: MemoryStorage) -> None:
         self._lock = lock
-        self._repository = repository
+        self._storage = storage
         self.released = False
         # A test sets these to make the next read fail: the session is gone (killed,
         # the database restarted), or a query fails on a session that is still there.
@@ -30,13 +30,13 @@ class InMemoryLeaderSession:
             raise LeadershipLost("the leader's database session is gone")
         if self.failing:
             raise RuntimeError("the state query failed")
-        return await self._repository.read_state()
+        return await self._storage.read_state()
 
     async def record_history(self, state: Sequence[PriorityState]) -> None:
         if self.broken or self._lock.holder is not self:
             self._lock.holder = None
             raise LeadershipLost("the leader's database session is gone")
-        await self._repository.record_history(state)
+        await self._storage.record_history(state)
 
     async def release(self) -> None:
         self.released = True
@@ -45,15 +45,15 @@ class InMemoryLeaderSession:
 
 
 class InMemoryLeadership:
-    def __init__(self, lock: InMemoryLock, repository: InMemoryRepository) -> None:
+    def __init__(self, lock: InMemoryLock, storage: MemoryStorage) -> None:
         self._lock = lock
-        self._repository = repository
+        self._storage = storage
         self.sessions: list[InMemoryLeaderSession] = []
 
     async def try_acquire(self) -> InMemoryLeaderSession | None:
         if self._lock.holder is not None:
             return None
-        session = InMemoryLeaderSession(self._lock, self._repository)
+        session = InMemoryLeaderSession(self._lock, self._storage)
         self._lock.holder = session
         self.sessions.append(session)
         return session

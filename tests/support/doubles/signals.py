@@ -1,7 +1,7 @@
 """Message signals in virtual time for unit tests.
 
 ``FakeMessageSignals`` is the in-process fan-out (``retsu.adapters.signals``) whose
-waits end, when nothing signals them, only when the test moves a ``FakeClock`` past
+waits end, when nothing signals them, only when the test moves a ``ManualClock`` past
 their timeout with ``advance()`` — nobody sleeps.
 """
 
@@ -11,14 +11,14 @@ import asyncio
 import heapq
 import itertools
 
+from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.signals import InProcessMessageSignals
-from tests.support.memory.clock import FakeClock
 
 
 class FakeMessageSignals(InProcessMessageSignals):
     """Virtual time: an unsignalled wait ends when ``advance()`` moves the clock past it."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: ManualClock) -> None:
         super().__init__()
         self.clock = clock
         # Every timeout asked for, in order (a test can assert a poll never waited).

@@ -1,0 +1,66 @@
+"""Exact queue state in memory (``QueueStateReader``), by the counting rules of SPEC §3.2: the
+twin of ``retsu_queue_state`` (migration 0005) and ``adapters/postgres/state.py``."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from retsu.adapters.memory.tables import (
+    MemoryTables,
+    State,
+    age,
+)
+from retsu.domain.message import (
+    Priority,
+)
+from retsu.domain.state import PriorityState
+
+
+class StatePart(MemoryTables):
+    """Implements QueueStateReader over the tables."""
+
+    async def read_state(self, queue_id: UUID | None = None) -> list[PriorityState]:
+        now = self._clock.now()
+        queues = sorted(
+            (q for q in self._queues.values() if queue_id is None or q.id == queue_id),
+            key=lambda q: q.name.encode(),
+        )
+        states = []
+        for queue in queues:
+            messages = list(self._messages[queue.id].values())
+            dead = list(self._dead_letters[queue.id].values())
+            for priority in sorted(Priority, reverse=True):
+                ready_ages, in_flight_ages = [], []
+                delayed = 0
+                for m in messages:
+                    if m.priority is not priority:
+                        continue
+                    lease_active = m.state is State.IN_FLIGHT and m.available_after > now
+                    unexpired = m.expires_at > now
+                    if lease_active:
+                        in_flight_ages.append(m.enqueued_at)
+                    elif m.state is State.IN_FLIGHT:
+                        if unexpired and m.delivery_attempts < queue.settings.max_delivery_attempts:
+                            ready_ages.append(m.enqueued_at)
+                    elif not unexpired:
+                        continue
+                    elif m.available_after > now:
+                        delayed += 1
+                    elif m.delivery_attempts < queue.settings.max_delivery_attempts:
+                        ready_ages.append(m.enqueued_at)
+                    # else: READY with no attempts left under a lowered limit: in none,
+                    # until a dequeue moves it to dead letters.
+                states.append(
+                    PriorityState(
+                        queue_id=queue.id,
+                        queue_name=queue.name,
+                        priority=priority,
+                        ready=len(ready_ages),
+                        in_flight=len(in_flight_ages),
+                        delayed=delayed,
+                        dead_letters=sum(1 for d in dead if d.record.priority is priority),
+                        oldest_ready_age_seconds=age(now, ready_ages),
+                        oldest_in_flight_age_seconds=age(now, in_flight_ages),
+                    )
+                )
+        return states
