@@ -19,13 +19,9 @@ from typing import Any
 from dependency_injector import providers
 
 from retsu.adapters.memory.clock import ManualClock
-from retsu.adapters.memory.secrets import RandomServerSecrets
-from retsu.adapters.memory.storage import MemoryStorage
-from retsu.application.acknowledge import Acknowledge
-from retsu.application.dequeue import Dequeue
-from retsu.application.enqueue import Enqueue
+from retsu.application.messages import MessageService
 from retsu.domain.message import DeliveredMessage, Priority
-from retsu.entrypoints.containers import ApiContainer
+from retsu.entrypoints.containers import ApiContainer, memory_storage
 from retsu.entrypoints.settings import build_settings
 
 MESSAGE_ID = uuid.uuid4()
@@ -39,32 +35,20 @@ DELIVERED = DeliveredMessage(
 )
 
 
-class StubEnqueue(Enqueue):
+class StubMessages(MessageService):
+    """Constant work: only the HTTP edge around it is measured."""
+
     def __init__(self) -> None:
         pass
 
-    async def __call__(self, cmd: Any) -> list[uuid.UUID]:
+    async def enqueue(self, cmd: Any) -> list[uuid.UUID]:
         return [MESSAGE_ID]
 
-
-class StubDequeue(Dequeue):
-    def __init__(self) -> None:
-        pass
-
-    async def __call__(self, cmd: Any) -> list[DeliveredMessage]:
+    async def dequeue(self, cmd: Any) -> list[DeliveredMessage]:
         return [DELIVERED]
 
-
-class StubAcknowledge(Acknowledge):
-    def __init__(self) -> None:
-        pass
-
-    async def __call__(self, cmd: Any) -> None:
-        return None
-
-
-async def _ready() -> None:
-    return None
+    async def acknowledge(self, cmd: Any) -> int:
+        return 1
 
 
 def build_app() -> Any:
@@ -74,14 +58,8 @@ def build_app() -> Any:
     container = ApiContainer(settings=settings)
     clock = ManualClock()
     container.core.clock.override(providers.Object(clock))
-    repository = MemoryStorage(clock)
-    for port in ("queues", "queue_state", "messages", "dead_letters", "audit_log"):
-        getattr(container.storage, port).override(providers.Object(repository))
-    container.storage.secrets.override(providers.Object(RandomServerSecrets()))
-    container.storage.readiness.override(providers.Callable(_ready))
-    container.use_cases.enqueue.override(providers.Object(StubEnqueue()))
-    container.use_cases.dequeue.override(providers.Object(StubDequeue()))
-    container.use_cases.acknowledge.override(providers.Object(StubAcknowledge()))
+    container.storage.override(memory_storage(clock))
+    container.use_cases.messages.override(providers.Object(StubMessages()))
     return container.app(on_startup=[], on_shutdown=[])
 
 

@@ -178,6 +178,29 @@ class ObservedContract:
         assert await harness.queues.delete_queue(queue.id, audit_of(queue.id))
         assert await self._mine(harness, {queue.id}) == []
 
+    async def test_consumers_are_counted_per_queue_within_a_health(
+        self, harness: ObservedHarness
+    ) -> None:
+        a, b, c = [await self._queue(harness) for _ in range(3)]
+        now = await harness.now()
+
+        def seen(queue: Queue, name: str, seconds_ago: int) -> ConsumerSighting:
+            moment = now - timedelta(seconds=seconds_ago)
+            return ConsumerSighting(queue.id, name, moment, moment, 1)
+
+        await _consumers(harness).record_consumers(
+            [seen(a, "w1", 1), seen(a, "w2", 5), seen(a, "old", 3600), seen(b, "w1", 2)]
+        )
+        await _consumers(harness).record_consumers([seen(c, "gone", 7200)])
+        healthy = SeenBetween(since=now - timedelta(seconds=30))
+        counts = await _consumers(harness).count_consumers(seen=healthy)
+        assert (counts.get(a.id), counts.get(b.id), counts.get(c.id)) == (2, 1, None)
+        everyone = await _consumers(harness).count_consumers(seen=SeenBetween())
+        assert (everyone[a.id], everyone[b.id], everyone[c.id]) == (3, 1, 1)
+        offline = SeenBetween(before=now - timedelta(seconds=300))
+        old = await _consumers(harness).count_consumers(seen=offline)
+        assert (old.get(a.id), old.get(b.id), old.get(c.id)) == (1, None, 1)
+
     async def test_consumers_not_seen_for_24_hours_are_removed(
         self, harness: ObservedHarness
     ) -> None:
@@ -271,6 +294,33 @@ class ObservedContract:
         (bucket,) = await self._points(harness, queue.id, width=ONE_BUCKET)
         assert bucket.counts == total
         assert (bucket.at, bucket.ready, bucket.dead_letters) == (last.at, last.ready, 2)
+
+    async def test_histories_of_several_queues_read_like_each_alone(
+        self, harness: ObservedHarness
+    ) -> None:
+        from tests.contract.repository_contract import message
+
+        a, b, quiet = [await self._queue(harness) for _ in range(3)]
+        await harness.messages.enqueue(a.id, [message("a1")])
+        await self._snapshot(harness)
+        await harness.messages.enqueue(a.id, [message("a2"), message("a3")])
+        await harness.messages.enqueue(b.id, [message("b1")])
+        await self._snapshot(harness)
+        since = await harness.now() - timedelta(days=1)
+        missing = uuid7()
+        for width in (1, ONE_BUCKET):
+            histories = await _history(harness).read_histories(
+                [b.id, missing, a.id, quiet.id], since=since, bucket_seconds=width
+            )
+            assert set(histories) == {a.id, b.id, missing, quiet.id}
+            for queue_id in (a.id, b.id, quiet.id):
+                alone = await _history(harness).read_history(
+                    queue_id, since=since, bucket_seconds=width
+                )
+                assert histories[queue_id] == alone
+            assert histories[missing] == []
+        assert [p.counts.enqueued for p in histories[a.id]] == [3]
+        assert await _history(harness).read_histories([], since=since, bucket_seconds=1) == {}
 
     async def test_history_reads_only_the_window_and_snapshots_go_after_7_days(
         self, harness: ObservedHarness

@@ -37,7 +37,6 @@ from retsu.application.ports import (
 )
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord, Caller
 from retsu.domain.browsing import BrowseState, MessagePosition, StoredMessage
-from retsu.domain.cursor import AuditPosition, QueuePosition
 from retsu.domain.errors import IdempotencyKeyConflict, QueueAlreadyExists, QueueNotFound
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.message import (
@@ -49,6 +48,7 @@ from retsu.domain.message import (
     Priority,
     Receipt,
 )
+from retsu.domain.pagination import AuditPosition, QueuePosition
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 from retsu.domain.state import PriorityState
 from tests.contract.observed_contract import ObservedContract
@@ -1198,6 +1198,24 @@ class RepositoryContract(MessageBrowsingContract, ObservedContract):
         assert (medium.ready, medium.in_flight, medium.dead_letters) == (1, 0, 1)
         assert (low.ready, low.delayed) == (0, 1)
         assert await q.state.read_state(uuid7()) == []
+
+    async def test_read_states_reads_several_queues_in_the_order_given(
+        self, harness: RepositoryHarness
+    ) -> None:
+        first = Scenario(harness, await add(harness, new_queue()))
+        second = Scenario(harness, await add(harness, new_queue()))
+        await first.send(message("a", Priority.HIGH), message("b", Priority.LOW))
+        await second.send(message("c", Priority.MEDIUM, delay=600))
+        await second.take_messages(1)  # nothing ready: stays delayed
+        states = await harness.state.read_states([second.id, uuid7(), first.id])
+        assert [s.queue_id for s in states] == [second.id] * 3 + [first.id] * 3
+
+        def counts(of: list[PriorityState]) -> list[tuple[int, ...]]:  # ages move with time
+            return [(s.priority, s.ready, s.in_flight, s.delayed, s.dead_letters) for s in of]
+
+        assert counts(states[:3]) == counts(await harness.state.read_state(second.id))
+        assert counts(states[3:]) == counts(await harness.state.read_state(first.id))
+        assert await harness.state.read_states([]) == []
 
     # -- idempotent enqueue -------------------------------------------------------
 

@@ -11,10 +11,12 @@ from uuid import UUID
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.http.cursors import Cursors
+from retsu.adapters.http.pages import messages_page
 from retsu.adapters.ids import uuid7
 from retsu.adapters.postgres.browsing import PostgresMessageBrowser
 from retsu.adapters.postgres.engine import create_engine
-from retsu.application.list_messages import ListMessages, ListMessagesQuery
+from retsu.application.browsing import BrowsingService
 from retsu.domain.audit import AuditAction, AuditEntry, Caller
 from retsu.domain.message import MessageToStore, Priority, Receipt
 from tests.contract.repository_contract import add, new_queue
@@ -43,9 +45,8 @@ async def test_a_page_cut_short_by_the_scan_budget_resumes_where_it_stopped(
 ) -> None:
     storage = PostgresStorage(engine)
     # A tiny budget: 5 rows examined per page.
-    list_messages = ListMessages(
-        PostgresMessageBrowser(storage.database, budget=5), storage.secrets
-    )
+    browsing = BrowsingService(PostgresMessageBrowser(storage.database, budget=5))
+    cursors = Cursors(storage.secrets)
     queue = await add(storage, new_queue())
     delay = 600 if state == "delayed" else 0
     high = [_message(f"high-{i}", Priority.HIGH, delay) for i in range(12)]
@@ -59,8 +60,8 @@ async def test_a_page_cut_short_by_the_scan_budget_resumes_where_it_stopped(
 
     pages, seen, cursor = 0, [], None
     while True:
-        page = await list_messages(
-            ListMessagesQuery(queue.id, state=state, priority="LOW", limit=2, cursor=cursor)
+        page = await messages_page(
+            browsing, cursors, queue.id, state=state, priority="LOW", limit=2, cursor=cursor
         )
         pages += 1
         seen += [m.payload for m in page.items]

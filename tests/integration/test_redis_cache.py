@@ -25,6 +25,7 @@ from uuid import UUID
 import asyncpg
 import httpx
 import pytest
+from dependency_injector import providers
 from redis.asyncio import Redis
 
 from retsu.adapters.cache.local import LocalQueueNames
@@ -37,11 +38,12 @@ from retsu.adapters.cache.shared import (
     RedisQueueDetails,
     decode_entry,
 )
-from retsu.adapters.system import Uuid7Generator
-from retsu.application.enqueue import Enqueue, EnqueueCommand
+from retsu.adapters.memory.clock import ManualClock
+from retsu.application.messages import EnqueueCommand
 from retsu.domain.errors import QueueNotFound
 from retsu.domain.message import MessageToStore, NewMessage, Priority
 from retsu.domain.queue import Queue, QueueSettings
+from tests.support.containers import api_container
 from tests.support.processes import RetsuProcess, free_port, retsu_env
 
 pytestmark = pytest.mark.integration
@@ -349,7 +351,11 @@ async def test_enqueue_never_reads_the_queue_on_a_warm_cache(
     queue = a_queue(default_message_ttl_seconds=60)
     storage = Storage(queue)
     cache = shared_cache(shared, redis_url, prefix, storage)
-    enqueue = Enqueue(storage, cache, Uuid7Generator(), RecordingEvents())  # type: ignore[arg-type]
+    # The message service as the API container wires it, over this storage and cache.
+    container = api_container(clock=ManualClock(), metrics=RecordingEvents())
+    container.storage.messages.override(providers.Object(storage))
+    container.lookups.details.override(providers.Object(cache))
+    enqueue = container.use_cases.messages().enqueue
     message = NewMessage(payload="x", priority=Priority.MEDIUM)
     for _ in range(50):
         await enqueue(EnqueueCommand(queue_id=queue.id, messages=[message]))

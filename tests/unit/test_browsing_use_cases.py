@@ -3,29 +3,33 @@ early page end, and the state rule."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import pytest
+from dependency_injector import providers
+from itsdangerous import URLSafeSerializer
 
+from retsu.adapters.http.cursors import CURSOR_VERSION, CursorKind, Cursors
+from retsu.adapters.http.pages import Listed, messages_page
 from retsu.adapters.ids import uuid7
+from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.secrets import RandomServerSecrets
-from retsu.application.delete_message import DeleteMessage, DeleteMessageCommand
-from retsu.application.get_message import GetMessage
-from retsu.application.list_messages import ListMessages, ListMessagesQuery
+from retsu.application.browsing import BrowsingService, DeleteMessageCommand
 from retsu.domain.audit import AuditAction, AuditEntry
 from retsu.domain.browsing import (
-    MESSAGES_CURSOR_KIND,
     BrowseState,
     MessageBatch,
     MessagePosition,
     StoredMessage,
     logical_state,
 )
-from retsu.domain.cursor import seal_cursor
 from retsu.domain.errors import InvalidInput, MessageNotFound
 from retsu.domain.message import Priority
+from tests.support.containers import api_container
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 QUEUE = uuid7()
@@ -73,6 +77,51 @@ class ScriptedBrowser:
     async def delete_message(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
         self.deleted.append(audit)
         return False
+
+
+@dataclass(frozen=True)
+class ListMessagesQuery:
+    """A browse request as the HTTP layer gets it."""
+
+    queue_id: UUID
+    state: str | None = None
+    priority: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+def browsing(browser: ScriptedBrowser, secrets: RandomServerSecrets) -> BrowsingService:
+    """The production service, from the API container, over the scripted port."""
+    container = api_container(clock=ManualClock(), secrets=secrets)
+    container.storage.message_browser.override(providers.Object(browser))
+    return container.use_cases.browsing()
+
+
+def ListMessages(browser: ScriptedBrowser, secrets: RandomServerSecrets) -> Any:
+    """One page through the HTTP adapter's pages (cursors included)."""
+
+    async def list_page(query: ListMessagesQuery) -> Listed[StoredMessage]:
+        return await messages_page(
+            browsing(browser, secrets),
+            Cursors(secrets),
+            query.queue_id,
+            state=query.state,
+            priority=query.priority,
+            limit=query.limit,
+            cursor=query.cursor,
+        )
+
+    return list_page
+
+
+def seal_cursor(key: bytes, kind: str, scope: list[Any], position: list[Any]) -> str:
+    signer = URLSafeSerializer(
+        key, salt="retsu.cursor", signer_kwargs={"digest_method": hashlib.sha256}
+    )
+    return str(signer.dumps([CURSOR_VERSION, scope, *position], salt=kind))
+
+
+MESSAGES_CURSOR_KIND = CursorKind.MESSAGES
 
 
 async def test_a_full_page_asks_one_more_and_seals_its_last_item() -> None:
@@ -139,11 +188,12 @@ async def test_state_positions_are_checked_too(state: str, position: list[object
 
 async def test_unknown_or_dead_messages_are_message_not_found() -> None:
     browser = ScriptedBrowser()
+    service = browsing(browser, RandomServerSecrets())
     with pytest.raises(MessageNotFound):
-        await GetMessage(browser)(QUEUE, uuid7())
+        await service.get(QUEUE, uuid7())
     message_id = uuid7()
     with pytest.raises(MessageNotFound):
-        await DeleteMessage(browser)(DeleteMessageCommand(QUEUE, message_id))
+        await service.delete(DeleteMessageCommand(QUEUE, message_id))
     (audit,) = browser.deleted
     assert (audit.action, audit.target_type, audit.target_id) == (
         AuditAction.MESSAGE_DELETED,

@@ -10,14 +10,14 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from dependency_injector import providers
 
-from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.http.cursors import Cursors
 from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.secrets import RandomServerSecrets
 from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
-from retsu.application.dequeue import Dequeue, DequeueCommand
-from retsu.application.list_consumers import ListConsumers, ListConsumersQuery
+from retsu.application.messages import DequeueCommand, MessageService
 from retsu.application.track_consumers import ConsumerTracker
 from retsu.domain.consumer import (
     ConsumerHealth,
@@ -25,11 +25,11 @@ from retsu.domain.consumer import (
     SeenBetween,
     parse_consumer_name,
 )
-from retsu.domain.cursor import seal_cursor
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.errors import InvalidInput, QueueNotFound
 from tests.contract.repository_contract import created, message, new_queue
-from tests.support.doubles.events import RecordingQueueEvents
+from tests.support.containers import api_container
+from tests.support.lists import ListConsumersQuery, consumers_lister, seal_cursor
 
 
 class CountingStore:
@@ -221,13 +221,19 @@ async def test_the_timer_writes_every_interval_and_stop_writes_the_rest(
 # -- what a dequeue reports ------------------------------------------------------------------
 
 
-def _dequeue(repository: MemoryStorage, tracker: ConsumerTracker) -> Dequeue:
-    return Dequeue(
-        repository,
-        DetailsQueueNames(RepositoryQueueDetails(repository)),
-        RecordingQueueEvents(),
-        consumers=tracker,
-    )
+def _messages(
+    repository: MemoryStorage, tracker: ConsumerTracker, monotonic: Any = None
+) -> MessageService:
+    """The API container's message service over ``repository``, reporting to ``tracker``."""
+    container = api_container(clock=repository._clock, storage=repository)  # type: ignore[arg-type]
+    container.use_cases.consumer_tracker.override(providers.Object(tracker))
+    if monotonic is not None:
+        container.core.monotonic.override(providers.Object(monotonic))
+    return container.use_cases.messages()
+
+
+def _dequeue(repository: MemoryStorage, tracker: ConsumerTracker) -> Any:
+    return _messages(repository, tracker).dequeue
 
 
 async def test_a_named_dequeue_is_seen_with_its_deliveries_empty_ones_too(
@@ -260,13 +266,7 @@ async def test_a_long_poll_is_seen_at_its_start_and_at_its_end(
     # The poll's clock: the deadline at 1; 0.02 left after the first claim (a short real
     # wait, during which the test moves the fake clock); then past the deadline.
     ticks = iter([0.0, 0.98, 2.0, 3.0, 4.0])
-    dequeue = Dequeue(
-        repository,
-        DetailsQueueNames(RepositoryQueueDetails(repository)),
-        RecordingQueueEvents(),
-        consumers=tracker,
-        monotonic=lambda: next(ticks),
-    )
+    dequeue = _messages(repository, tracker, lambda: next(ticks)).dequeue
     started = clock.now()
 
     async def poll() -> list[Any]:
@@ -308,11 +308,15 @@ def secrets() -> RandomServerSecrets:
     return RandomServerSecrets()
 
 
+ListConsumers = Any
+
+
 @pytest.fixture
 def list_consumers(
     repository: MemoryStorage, secrets: RandomServerSecrets, clock: ManualClock
 ) -> ListConsumers:
-    return ListConsumers(repository, secrets, clock)
+    container = api_container(clock=clock, storage=repository, secrets=secrets)
+    return consumers_lister(container.use_cases.activity(), Cursors(secrets))
 
 
 async def _seen_ago(

@@ -1,10 +1,9 @@
-"""Long polling on the memory adapters: virtual time, fake signals, nobody sleeps.
+"""Long polling on the memory twin: virtual time, fake signals, nobody sleeps.
 
 ``FakeMessageSignals`` ends an unsignalled wait only when the test moves time with
-``advance()``; the announcing decorators (``retsu.adapters.announcing``) announce a
-queue after each committed change that can make a message deliverable, as the
-PostgreSQL wiring does (there the announcement also goes out as a NOTIFY to the other
-API processes).
+``advance()``; the services announce a queue after each committed change that can make a
+message deliverable, through the signals port (the PostgreSQL signals also send it as a
+NOTIFY to the other API processes). The services are the API container's.
 """
 
 from __future__ import annotations
@@ -15,32 +14,30 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from dependency_injector import providers
 
-from retsu.adapters.announcing import AnnouncingDeadLetters, AnnouncingMessages
-from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.postgres.notifications import PostgresMessageSignals
-from retsu.adapters.system import Uuid7Generator
-from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
-from retsu.application.create_queue import CreateQueue, CreateQueueCommand
-from retsu.application.dequeue import RECHECK_SECONDS, Dequeue, DequeueCommand
-from retsu.application.enqueue import Enqueue, EnqueueCommand
-from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
-from retsu.domain.audit import AuditAction, AuditEntry, Caller
-from retsu.domain.dequeue import DequeueOptions
-from retsu.domain.message import (
-    DeliveredMessage,
-    DequeueResult,
-    MessageToStore,
-    NewMessage,
-    Priority,
-    Receipt,
+from retsu.adapters.signals import InProcessMessageSignals
+from retsu.application.dead_letters import DeadLetterCommand, RedriveDeadLettersCommand
+from retsu.application.messages import (
+    RECHECK_SECONDS,
+    ChangeVisibilityCommand,
+    DequeueCommand,
+    EnqueueCommand,
+    EnqueueIdempotentCommand,
 )
+from retsu.application.queues import CreateQueueCommand, QueueCommand
+from retsu.domain.dequeue import DequeueOptions
+from retsu.domain.errors import DeadLetterNotFound, StaleReceiptHandle
+from retsu.domain.message import DeliveredMessage, DequeueResult, NewMessage, Receipt
 from retsu.domain.queue import Queue
+from tests.support.containers import api_container
 from tests.support.doubles.events import RecordingQueueEvents
 from tests.support.doubles.signals import FakeMessageSignals
-from tests.support.doubles.storage import AnnouncingMemoryRepository, AnnouncingQueues
+
+PauseQueueCommand = QueueCommand
 
 
 class CountingRepository:
@@ -68,20 +65,24 @@ class World:
     def __init__(self) -> None:
         self.clock = ManualClock()
         self.signals = FakeMessageSignals(self.clock)
-        self.memory = AnnouncingMemoryRepository(self.clock, self.signals)
+        self.memory = MemoryStorage(self.clock)
         self.repository = CountingRepository(self.memory)
-        details = RepositoryQueueDetails(self.repository)
-        names = DetailsQueueNames(details)
-        ids = Uuid7Generator()
-        events = RecordingQueueEvents()
-        self.create_queue = CreateQueue(self.repository, details, names, ids, self.clock)
-        self.enqueue = Enqueue(self.repository, details, ids, events)
-        self.pause_queue = PauseQueue(self.repository, details, names)
-        self.resume_queue = ResumeQueue(self.repository, details, names)
-        self.change_visibility = ChangeVisibility(self.repository, names)
-        self.dequeue = Dequeue(
-            self.repository, names, events, signals=self.signals, monotonic=self.signals.monotonic
+        container = api_container(
+            clock=self.clock,
+            storage=self.memory,
+            metrics=RecordingQueueEvents(),
+            signals=self.signals,
         )
+        container.storage.messages.override(providers.Object(self.repository))
+        container.core.monotonic.override(providers.Object(self.signals.monotonic))
+        queues = container.use_cases.queues()
+        messages = container.use_cases.messages()
+        self.create_queue = queues.create
+        self.pause_queue = queues.pause
+        self.resume_queue = queues.resume
+        self.enqueue = messages.enqueue
+        self.change_visibility = messages.change_visibility
+        self.dequeue = messages.dequeue
         self._start = self.signals.monotonic()
 
     @property
@@ -366,117 +367,87 @@ async def test_a_cancelled_poll_unregisters(world: World) -> None:
 # -- what gets announced ----------------------------------------------------------
 
 
-CALLER = Caller(actor="test-operator", request_id="test-request")
+class RecordingSignals(InProcessMessageSignals):
+    """The in-process signals, recording what the services announce."""
 
-
-class RecordingAnnouncer:
     def __init__(self) -> None:
+        super().__init__()
         self.announced: list[UUID] = []
         self.queue_changes: list[UUID] = []
 
     def announce(self, queue_id: UUID, *, queue_changed: bool = False) -> None:
         (self.queue_changes if queue_changed else self.announced).append(queue_id)
+        super().announce(queue_id, queue_changed=queue_changed)
+
+
+class Announcing:
+    """The API container's services over the memory twin, with recording signals."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock()
+        self.memory = MemoryStorage(self.clock)
+        self.signals = RecordingSignals()
+        use_cases = api_container(
+            clock=self.clock, storage=self.memory, signals=self.signals
+        ).use_cases
+        self.queues = use_cases.queues()
+        self.messages = use_cases.messages()
+        self.dead_letters = use_cases.dead_letters()
 
 
 async def test_only_changes_that_can_make_a_message_deliverable_are_announced() -> None:
-    clock = ManualClock()
-    announcer = RecordingAnnouncer()
-    memory = MemoryStorage(clock)
-    messages = AnnouncingMessages(memory, announcer)
-    details = RepositoryQueueDetails(memory)
-    names = DetailsQueueNames(details)
-    create = CreateQueue(memory, details, names, Uuid7Generator(), clock)
-    queue = await create(CreateQueueCommand(name="orders"))
-    assert announcer.announced == [], "creating a queue makes nothing deliverable"
+    world = Announcing()
+    announced = world.signals.announced
+    queue = await world.queues.create(CreateQueueCommand(name="orders"))
+    assert announced == [], "creating a queue makes nothing deliverable"
 
-    def stored(payload: str) -> MessageToStore:
-        return MessageToStore(uuid.uuid4(), payload, Priority.LOW, 60, 0)
-
-    await messages.enqueue(queue.id, [stored("a")])
-    assert announcer.announced == [queue.id]
-    first = await messages.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
-    again = await messages.enqueue_idempotent(queue.id, stored("b"), "key-1", b"fp")
+    await world.messages.enqueue(EnqueueCommand(queue.id, [NewMessage.parse("a", "LOW")]))
+    assert announced == [queue.id]
+    idempotent = EnqueueIdempotentCommand(queue.id, NewMessage.parse("b", "LOW"), "key-1")
+    first = await world.messages.enqueue_idempotent(idempotent)
+    again = await world.messages.enqueue_idempotent(idempotent)
     assert again.replayed and again.id == first.id
-    assert announcer.announced == [queue.id] * 2, "a replay stores nothing new"
+    assert announced == [queue.id] * 2, "a replay stores nothing new"
 
-    result = await messages.dequeue(
-        queue.id,
-        limit=1,
-        visibility_timeout_seconds=30,
-        dead_letter_batch_size=10,
-    )
-    receipt = Receipt(result.messages[0].id, result.messages[0].receipt_handle)
-    assert await messages.change_visibility(queue.id, receipt, 60)
-    assert announcer.announced == [queue.id] * 2, "a longer lease makes nothing deliverable"
-    assert await messages.change_visibility(queue.id, receipt, 0)
-    assert announcer.announced == [queue.id] * 3, "a released lease does"
-    assert not await messages.change_visibility(queue.id, receipt, 0)
-    assert announcer.announced == [queue.id] * 3, "a stale receipt changed nothing"
-    assert announcer.queue_changes == []
+    (delivered,) = await world.messages.dequeue(DequeueCommand(queue.id))
+    receipt = Receipt(delivered.id, delivered.receipt_handle)
+    await world.messages.change_visibility(ChangeVisibilityCommand(queue.id, receipt, 60))
+    assert announced == [queue.id] * 2, "a longer lease makes nothing deliverable"
+    await world.messages.change_visibility(ChangeVisibilityCommand(queue.id, receipt, 0))
+    assert announced == [queue.id] * 3, "a released lease does"
+    with pytest.raises(StaleReceiptHandle):
+        await world.messages.change_visibility(ChangeVisibilityCommand(queue.id, receipt, 0))
+    assert announced == [queue.id] * 3, "a stale receipt changed nothing"
+    assert world.signals.queue_changes == []
 
 
 async def test_a_redrive_is_announced_only_when_something_moved() -> None:
-    clock = ManualClock()
-    announcer = RecordingAnnouncer()
-    memory = MemoryStorage(clock)
-    dead_letters = AnnouncingDeadLetters(memory, announcer)
-    details = RepositoryQueueDetails(memory)
-    queue = await CreateQueue(memory, details, DetailsQueueNames(details), Uuid7Generator(), clock)(
-        CreateQueueCommand(name="orders", max_delivery_attempts=1)
-    )
-    audit = AuditEntry.of_queue(AuditAction.DEAD_LETTER_REDRIVEN, queue.id, CALLER)
-    assert await dead_letters.redrive_dead_letters(queue.id, [uuid.uuid4()], audit) == 0
-    assert not await dead_letters.redrive_dead_letter(queue.id, uuid.uuid4(), uuid.uuid4(), audit)
-    assert announcer.announced == []
-    message = MessageToStore(uuid.uuid4(), "poison", Priority.LOW, 3600, 0)
-    await memory.enqueue(queue.id, [message])
-    await memory.dequeue(
-        queue.id,
-        limit=1,
-        visibility_timeout_seconds=1,
-        dead_letter_batch_size=10,
-    )
-    clock.advance(2)
-    result = await memory.dequeue(
-        queue.id,
-        limit=1,
-        visibility_timeout_seconds=1,
-        dead_letter_batch_size=10,
-    )
-    assert result.dead_lettered == 1
-    assert await dead_letters.redrive_dead_letters(queue.id, [uuid.uuid4()], audit) == 1
-    assert announcer.announced == [queue.id]
+    world = Announcing()
+    queue = await world.queues.create(CreateQueueCommand(name="orders", max_delivery_attempts=1))
+    assert await world.dead_letters.redrive_many(RedriveDeadLettersCommand(queue.id)) == 0
+    with pytest.raises(DeadLetterNotFound):
+        await world.dead_letters.redrive(DeadLetterCommand(queue.id, uuid.uuid4()))
+    assert world.signals.announced == []
+    await world.messages.enqueue(EnqueueCommand(queue.id, [NewMessage.parse("poison", "LOW")]))
+    options = DequeueOptions(visibility_timeout_seconds=1)
+    assert await world.messages.dequeue(DequeueCommand(queue.id, options))
+    world.clock.advance(2)
+    assert await world.messages.dequeue(DequeueCommand(queue.id, options)) == []
+    assert len(world.memory.dead_letters_of(queue.id)) == 1
+    world.signals.announced.clear()
+    assert await world.dead_letters.redrive_many(RedriveDeadLettersCommand(queue.id)) == 1
+    assert world.signals.announced == [queue.id]
 
 
-async def test_the_postgres_wiring_leaves_queue_changes_to_the_database_trigger() -> None:
-    """The production decorators wrap the message and dead-letter ports only: a pause or
-    a resume goes through the queue port, which PostgreSQL's trigger announces."""
-    clock = ManualClock()
-    announcer = RecordingAnnouncer()
-    memory = MemoryStorage(clock)
-    messages = AnnouncingMessages(memory, announcer)
-    details = RepositoryQueueDetails(memory)
-    names = DetailsQueueNames(details)
-    queue = await CreateQueue(memory, details, names, Uuid7Generator(), clock)(
-        CreateQueueCommand(name="orders")
-    )
-    await PauseQueue(memory, details, names)(PauseQueueCommand(queue.id))
-    await ResumeQueue(memory, details, names)(PauseQueueCommand(queue.id))
-    assert await messages.acknowledge(queue.id, []) == 0
-    assert announcer.announced == announcer.queue_changes == []  # the trigger notifies these
-
-
-async def test_over_the_memory_repository_queue_changes_are_announced_as_such() -> None:
-    clock = ManualClock()
-    announcer = RecordingAnnouncer()
-    queues = AnnouncingQueues(MemoryStorage(clock), announcer)
-    details = RepositoryQueueDetails(queues)
-    names = DetailsQueueNames(details)
-    queue = await CreateQueue(queues, details, names, Uuid7Generator(), clock)(
-        CreateQueueCommand(name="orders")
-    )
-    await ResumeQueue(queues, details, names)(PauseQueueCommand(queue.id))
-    assert announcer.queue_changes == [queue.id] and announcer.announced == []
+async def test_pause_resume_and_delete_are_announced_as_queue_changes() -> None:
+    world = Announcing()
+    queue = await world.queues.create(CreateQueueCommand(name="orders"))
+    await world.queues.pause(QueueCommand(queue.id))
+    await world.queues.resume(QueueCommand(queue.id))
+    await world.queues.purge(QueueCommand(queue.id))  # removes messages: nothing to wake
+    await world.queues.delete(QueueCommand(queue.id))
+    assert world.signals.queue_changes == [queue.id] * 3
+    assert world.signals.announced == []
 
 
 async def test_before_it_is_started_the_postgres_adapter_only_wakes_local_waiters() -> None:

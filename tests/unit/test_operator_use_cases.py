@@ -6,36 +6,34 @@ lookups, so the write order (database, then shared, then local cache) is checked
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import pytest
+from dependency_injector import providers
+from itsdangerous import URLSafeSerializer
 
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
+from retsu.adapters.http import pages
+from retsu.adapters.http.cursors import CURSOR_VERSION, CursorKind, Cursors
 from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.secrets import RandomServerSecrets
 from retsu.adapters.memory.storage import MemoryStorage
-from retsu.adapters.system import Uuid7Generator
-from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
-from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
-from retsu.application.create_queue import CreateQueue, CreateQueueCommand
-from retsu.application.delete_dead_letter import DeleteDeadLetter, DeleteDeadLetterCommand
-from retsu.application.delete_queue import DeleteQueue, DeleteQueueCommand
-from retsu.application.dequeue import Dequeue, DequeueCommand
-from retsu.application.enqueue import Enqueue, EnqueueCommand
-from retsu.application.enqueue_idempotent import EnqueueIdempotent, EnqueueIdempotentCommand
-from retsu.application.get_dead_letter import GetDeadLetter
-from retsu.application.get_queue import GetQueue
-from retsu.application.list_audit_log import ListAuditLog, ListAuditLogQuery
-from retsu.application.list_dead_letters import ListDeadLetters, ListDeadLettersQuery
-from retsu.application.list_queues import ListQueues, ListQueuesQuery
-from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
-from retsu.application.purge_queue import PurgeQueue, PurgeQueueCommand
-from retsu.application.redrive_dead_letter import RedriveDeadLetter, RedriveDeadLetterCommand
-from retsu.application.redrive_dead_letters import RedriveDeadLetters, RedriveDeadLettersCommand
-from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
+from retsu.application.dead_letters import (
+    DeadLetterCommand,
+    RedriveDeadLettersCommand,
+)
+from retsu.application.messages import (
+    AcknowledgeCommand,
+    ChangeVisibilityCommand,
+    DequeueCommand,
+    EnqueueCommand,
+    EnqueueIdempotentCommand,
+)
+from retsu.application.queues import CreateQueueCommand, QueueCommand, UpdateQueueCommand
 from retsu.domain.audit import AuditRecord, Caller
-from retsu.domain.cursor import CursorKind, seal_cursor
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.errors import (
     DeadLetterNotFound,
@@ -48,6 +46,7 @@ from retsu.domain.errors import (
 )
 from retsu.domain.message import DeliveredMessage, NewMessage, Receipt
 from retsu.domain.queue import Queue
+from tests.support.containers import api_container
 from tests.support.doubles.events import RecordingQueueEvents
 
 ALICE = Caller(actor="alice", request_id="req-1")
@@ -77,7 +76,39 @@ class SpyNames(DetailsQueueNames):
         self.log.append("local.forget")
 
 
+# The command names these tests were written with: one command shape serves several actions.
+PauseQueueCommand = PurgeQueueCommand = DeleteQueueCommand = QueueCommand
+RedriveDeadLetterCommand = DeleteDeadLetterCommand = DeadLetterCommand
+
+
+@dataclass(frozen=True)
+class ListQueuesQuery:
+    """A list request as the HTTP layer gets it (cursors are the HTTP adapter's)."""
+
+    limit: int = 50
+    cursor: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ListDeadLettersQuery:
+    queue_id: UUID
+    limit: int = 50
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class ListAuditLogQuery:
+    limit: int = 50
+    cursor: str | None = None
+    queue_id: UUID | None = None
+    action: str | None = None
+
+
 class World:
+    """The services as the API container wires them, on the memory twin, with spies as
+    the caches; lists go through the HTTP adapter's pages (cursors included)."""
+
     def __init__(self) -> None:
         self.clock = ManualClock()
         self.repository = r = MemoryStorage(self.clock)
@@ -86,27 +117,56 @@ class World:
         self.names = SpyNames(self.details, self.cache_log)
         self.events = RecordingQueueEvents()
         self.secrets = RandomServerSecrets()
-        ids = Uuid7Generator()
-        d, n, e, s = self.details, self.names, self.events, self.secrets
-        self.create_queue = CreateQueue(r, d, n, ids, self.clock)
-        self.update_queue = UpdateQueue(r, d, n)
-        self.enqueue = Enqueue(r, d, ids, e)
-        self.dequeue = Dequeue(r, n, e)
-        self.acknowledge = Acknowledge(r, n, e)
-        self.list_queues = ListQueues(r, s)
-        self.get_queue = GetQueue(r, r)
-        self.pause_queue = PauseQueue(r, d, n)
-        self.resume_queue = ResumeQueue(r, d, n)
-        self.purge_queue = PurgeQueue(r)
-        self.delete_queue = DeleteQueue(r, d, n)
-        self.enqueue_idempotent = EnqueueIdempotent(r, d, ids, e)
-        self.change_visibility = ChangeVisibility(r, n)
-        self.list_dead_letters = ListDeadLetters(r, d, s)
-        self.get_dead_letter = GetDeadLetter(r, d)
-        self.redrive_dead_letter = RedriveDeadLetter(r, d, ids, e)
-        self.redrive_dead_letters = RedriveDeadLetters(r, d, ids, e)
-        self.delete_dead_letter = DeleteDeadLetter(r, d)
-        self.list_audit_log = ListAuditLog(r, s)
+        container = api_container(
+            clock=self.clock, storage=r, metrics=self.events, secrets=self.secrets
+        )
+        container.lookups.details.override(providers.Object(self.details))
+        container.lookups.names.override(providers.Object(self.names))
+        self.cursors = Cursors(self.secrets)
+        queues = self.queues = container.use_cases.queues()
+        messages = container.use_cases.messages()
+        dead_letters = self.dead_letter_service = container.use_cases.dead_letters()
+        self.activity = container.use_cases.activity()
+        self.create_queue = queues.create
+        self.update_queue = queues.update
+        self.get_queue = queues.get
+        self.pause_queue = queues.pause
+        self.resume_queue = queues.resume
+        self.purge_queue = queues.purge
+        self.delete_queue = queues.delete
+        self.enqueue = messages.enqueue
+        self.enqueue_idempotent = messages.enqueue_idempotent
+        self.dequeue = messages.dequeue
+        self.acknowledge = messages.acknowledge
+        self.change_visibility = messages.change_visibility
+        self.get_dead_letter = dead_letters.get
+        self.redrive_dead_letter = dead_letters.redrive
+        self.redrive_dead_letters = dead_letters.redrive_many
+        self.delete_dead_letter = dead_letters.delete
+
+    async def list_queues(self, query: ListQueuesQuery) -> pages.Listed[Queue]:
+        return await pages.queues_page(
+            self.queues, self.cursors, limit=query.limit, cursor=query.cursor, name=query.name
+        )
+
+    async def list_dead_letters(self, query: ListDeadLettersQuery) -> pages.Listed[Any]:
+        return await pages.dead_letters_page(
+            self.dead_letter_service,
+            self.cursors,
+            query.queue_id,
+            limit=query.limit,
+            cursor=query.cursor,
+        )
+
+    async def list_audit_log(self, query: ListAuditLogQuery) -> pages.Listed[AuditRecord]:
+        return await pages.audit_log_page(
+            self.activity,
+            self.cursors,
+            limit=query.limit,
+            cursor=query.cursor,
+            queue_id=query.queue_id,
+            action=query.action,
+        )
 
     async def queue(self, name: str = "orders", **settings: Any) -> Queue:
         return await self.create_queue(CreateQueueCommand(name=name, caller=ALICE, **settings))
@@ -290,14 +350,25 @@ async def test_forged_and_foreign_cursors_are_invalid_cursor(world: World) -> No
     page = await world.list_queues(ListQueuesQuery(limit=1))
     assert page.next_cursor is not None
     key = await world.secrets.cursor_signing_key()
+
+    def seal(key: bytes, kind: str, scope: list[Any], position: list[Any]) -> str:
+        signer = URLSafeSerializer(
+            key, salt="retsu.cursor", signer_kwargs={"digest_method": hashlib.sha256}
+        )
+        return str(signer.dumps([CURSOR_VERSION, scope, *position], salt=kind))
+
     foreign = [
         "garbage",
         page.next_cursor + "A",
         page.next_cursor[:-2],
-        seal_cursor(b"x" * 32, CursorKind.QUEUES, [None], ["a"]),  # another key
-        seal_cursor(key, CursorKind.AUDIT_LOG, [None], ["a"]),  # another list
-        seal_cursor(key, CursorKind.QUEUES, [None], [1]),  # wrong types
+        seal(b"x" * 32, CursorKind.QUEUES, [None], ["a"]),  # another key
+        seal(key, CursorKind.AUDIT_LOG, [None], ["a"]),  # another list
+        seal(key, CursorKind.QUEUES, [None], [1]),  # wrong types
+        seal(key, CursorKind.QUEUES, [None, None], ["a"]),  # another scope
     ]
+    assert (
+        seal(key, CursorKind.QUEUES, [None], ["a"]) == page.next_cursor
+    )  # the helper seals as the server does
     for cursor in foreign:
         with pytest.raises(InvalidInput) as raised:
             await world.list_queues(ListQueuesQuery(limit=1, cursor=cursor))

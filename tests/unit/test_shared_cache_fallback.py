@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from dependency_injector import providers
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from retsu.adapters.cache.breaker import CircuitBreaker
@@ -24,14 +25,16 @@ from retsu.adapters.cache.shared import (
     decode_entry,
     encode_queue,
 )
-from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
+from retsu.adapters.memory.clock import ManualClock as MemoryClock
+from retsu.application.queues import UpdateQueueCommand
 from retsu.domain.errors import QueueNotFound
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 from retsu.entrypoints.containers import ApiContainer
 from retsu.entrypoints.settings import build_settings
+from tests.support.containers import api_container
 
 
-class ManualClock:
+class FakeMonotonic:
     def __init__(self) -> None:
         self.now = 0.0
 
@@ -141,7 +144,7 @@ def a_queue(name: str = "orders", **settings: int) -> Queue:
 
 class World:
     def __init__(self) -> None:
-        self.clock = ManualClock()
+        self.clock = FakeMonotonic()
         self.redis = FakeRedis()
         self.repository = Repository()
         self.breaker = CircuitBreaker(clock=self.clock)
@@ -205,7 +208,12 @@ async def test_writes_while_redis_is_down_never_fail_and_are_undone_on_reconnect
     queue = world.add(a_queue(visibility_timeout_seconds=30))
     await world.details.details_of(queue.id)  # cached in Redis with the old settings
     world.redis.down = True
-    update = UpdateQueue(world.repository, world.details, world.names)  # type: ignore[arg-type]
+    # The queue service as the API container wires it, over this test's storage and caches.
+    container = api_container(clock=MemoryClock())
+    container.storage.queues.override(providers.Object(world.repository))
+    container.lookups.details.override(providers.Object(world.details))
+    container.lookups.names.override(providers.Object(world.names))
+    update = container.use_cases.queues().update
 
     updated = await update(UpdateQueueCommand(queue_id=queue.id, visibility_timeout_seconds=5))
 
@@ -298,7 +306,7 @@ async def test_either_layer_can_be_switched_off(
         lookups = container.lookups
         assert type(lookups.details()).__name__ == details
         assert type(lookups.names()).__name__ == names
-        assert container.use_cases.enqueue()._details is lookups.details()
+        assert container.use_cases.messages()._details is lookups.details()
         if in_memory:
             assert lookups.names().cache.max_entries == 7
             assert lookups.names().cache.max_bytes == 9999

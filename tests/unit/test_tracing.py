@@ -1,15 +1,17 @@
-"""Traces (SPEC §7) and database telemetry over the ASGI app on the in-memory adapters.
+"""Traces (SPEC §7) over the ASGI app on the memory twin, and the storage telemetry
+(``adapters/telemetry/operations.py``) on its own.
 
-The app is the API container's, with its storage swapped for the memory storage
-container (the same ports behind the same telemetry decorators as production).
-
-Spans go to an in-memory exporter: one SERVER span per request named after the route
-template, a CLIENT span per repository operation as its child, the caller's
-``traceparent`` honoured, nothing for ``/metrics``; with tracing off nothing is added.
+The app is the API container's, with its storage swapped for the memory twin. Spans go to
+an in-memory exporter: one SERVER span per request named after the route template, the
+caller's ``traceparent`` honoured, nothing for ``/metrics``; with tracing off nothing is
+added. The CLIENT span of each database operation is made by the PostgreSQL adapter's
+``Database`` (checked against PostgreSQL in tests/integration/test_storage_telemetry.py);
+here, the ``Instrumentation`` it uses: outcomes, spans, metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -32,22 +34,17 @@ from retsu.adapters.http.middleware import (
     RequestIdMiddleware,
     TracingMiddleware,
 )
-from retsu.adapters.ids import uuid7
 from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.storage import MemoryStorage
-from retsu.adapters.telemetry.instrumented import (
-    Instrumentation,
-    InstrumentedLeadership,
-    InstrumentedMessages,
-)
 from retsu.adapters.telemetry.logging import configure_logging
 from retsu.adapters.telemetry.metrics import Metrics
+from retsu.adapters.telemetry.operations import Instrumentation
 from retsu.adapters.telemetry.tracing import Tracing, create_tracing, new_tracer_provider
 from retsu.domain.errors import DatabaseUnavailable, QueueAlreadyExists
-from retsu.domain.message import DequeueResult, MessageToStore, Priority, Receipt
+from retsu.domain.message import MessageToStore
 from retsu.entrypoints.containers import ApiContainer
 from retsu.entrypoints.settings import build_settings
-from tests.support.doubles.storage import MemoryStorageContainer
+from tests.support.containers import memory_storage
 
 # The HTTP tests' clock and metrics fixtures.
 from tests.unit.http.conftest import clock, metrics  # noqa: F401
@@ -105,10 +102,7 @@ def container(
     container = ApiContainer(settings=settings)
     container.core.metrics.override(providers.Object(metrics))
     container.core.tracing.override(providers.Object(tracing))
-    storage = MemoryStorageContainer(
-        database=repository_class(clock), instrumentation=container.core.instrumentation
-    )
-    container.storage.override(storage)
+    container.storage.override(memory_storage(clock, repository_class(clock)))
     yield container
     container.unwire()
 
@@ -167,31 +161,6 @@ async def test_each_request_gets_one_server_span_named_after_its_route_template(
     assert resource["retsu.role"] == "api"
 
 
-async def test_repository_operations_are_client_spans_under_the_request_span(
-    client: AsyncTestClient[Litestar], exporter: InMemorySpanExporter
-) -> None:
-    queue_id = await _new_queue(client)
-    await client.post(f"/v1/queues/{queue_id}/messages", json={"payload": "p", "priority": "LOW"})
-    exporter.clear()
-    response = await client.post(f"/v1/queues/{queue_id}/messages/dequeue")
-    assert response.status_code == 200
-    spans = _finished(exporter)
-    [server] = _server_spans(spans)
-    children = [s for s in spans if s.kind == SpanKind.CLIENT]
-    assert "dequeue" in [s.name for s in children]
-    for child in children:
-        assert child.parent is not None
-        assert child.parent.span_id == server.context.span_id
-        assert child.context.trace_id == server.context.trace_id
-        attributes = dict(child.attributes or {})
-        assert attributes["db.system"] == "postgresql"
-        assert attributes["db.operation.name"] == child.name
-        assert child.status.status_code == StatusCode.UNSET
-    # Children end before their parent.
-    assert all(c.end_time is not None and server.end_time is not None for c in children)
-    assert max(c.end_time or 0 for c in children) <= (server.end_time or 0)
-
-
 async def test_a_traceparent_header_makes_the_request_span_a_child_of_the_caller(
     client: AsyncTestClient[Litestar], exporter: InMemorySpanExporter
 ) -> None:
@@ -204,7 +173,6 @@ async def test_a_traceparent_header_makes_the_request_span_a_child_of_the_caller
     spans = _finished(exporter)
     [server] = _server_spans(spans)
     assert server.name == "POST /v1/queues/{queue_id}/messages/dequeue"
-    assert len(spans) > 1  # the repository's spans joined the caller's trace too
     assert format(server.context.trace_id, "032x") == TRACE_ID
     assert server.parent is not None and server.parent.is_remote
     assert format(server.parent.span_id, "016x") == PARENT_SPAN_ID
@@ -278,10 +246,6 @@ async def test_a_failing_operation_marks_both_spans_as_errors_and_logs_with_trac
     [server] = _server_spans(spans)
     assert server.status.status_code == StatusCode.ERROR
     assert dict(server.attributes or {})["http.response.status_code"] == 500
-    [failed] = [s for s in spans if s.name == "enqueue"]
-    assert failed.status.status_code == StatusCode.ERROR
-    assert dict(failed.attributes or {})["error.type"] == "ConnectionResetError"
-    assert [e.name for e in failed.events] == ["exception"]
     # The error log line of that request carries its request id and trace ids.
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     [error] = [line for line in lines if line["level"] == "ERROR"]
@@ -289,8 +253,6 @@ async def test_a_failing_operation_marks_both_spans_as_errors_and_logs_with_trac
     assert error["trace_id"] == format(server.context.trace_id, "032x")
     assert error["span_id"] == format(server.context.span_id, "016x")
     assert "the database went away" not in response.text
-    text = metrics.render()[0].decode()
-    assert 'db_operation_duration_seconds_count{operation="enqueue",outcome="error"} 1.0' in text
 
 
 # -- tracing off -----------------------------------------------------------------------
@@ -328,37 +290,6 @@ def test_with_tracing_on_the_layers_are_request_id_span_metrics(
     assert layers[:3] == [RequestIdMiddleware, TracingMiddleware, HttpMetricsMiddleware]
 
 
-class _Messages:
-    """A message port whose enqueue answers according to the first payload."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-
-    async def enqueue(self, queue_id: Any, messages: Sequence[MessageToStore]) -> None:
-        self.calls.append(("enqueue", queue_id, list(messages)))
-        outcome = messages[0].payload
-        if outcome == "taken":
-            raise QueueAlreadyExists("taken")
-        if outcome == "gone":
-            raise ConnectionResetError("gone")
-        if outcome == "down":
-            raise DatabaseUnavailable()
-
-    async def dequeue(self, queue_id: Any, **options: int) -> DequeueResult:
-        self.calls.append(("dequeue", queue_id, options))
-        return DequeueResult(messages=[], dead_lettered=0)
-
-    async def acknowledge(self, queue_id: Any, receipts: Sequence[Receipt]) -> int:
-        self.calls.append(("acknowledge", queue_id, list(receipts)))
-        return len(receipts)
-
-    async def enqueue_idempotent(self, *args: Any) -> Any:
-        raise NotImplementedError
-
-    async def change_visibility(self, *args: Any) -> Any:
-        raise NotImplementedError
-
-
 def _operation_counts(of: Metrics) -> dict[tuple[str, str], float]:
     return {
         (sample.labels["operation"], sample.labels["outcome"]): sample.value
@@ -368,115 +299,84 @@ def _operation_counts(of: Metrics) -> dict[tuple[str, str], float]:
     }
 
 
-def _one(payload: str) -> list[MessageToStore]:
-    return [MessageToStore(uuid7(), payload, Priority.LOW, 60, 0)]
+async def _run(instrumentation: Instrumentation, name: str, error: BaseException | None) -> None:
+    with instrumentation.operation(name):
+        await asyncio.sleep(0)
+        if error is not None:
+            raise error
 
 
 async def test_without_a_tracer_operations_are_still_timed_but_make_no_span(
     exporter: InMemorySpanExporter,
 ) -> None:
     own_metrics = Metrics()
-    port = InstrumentedMessages(_Messages(), Instrumentation(own_metrics, None))
-    await port.enqueue(uuid7(), _one("ok"))
+    instrumentation = Instrumentation(own_metrics, None)
+    await _run(instrumentation, "enqueue", None)
     # A domain answer ("that name is taken") is the database working: success...
     with pytest.raises(QueueAlreadyExists):
-        await port.enqueue(uuid7(), _one("taken"))
+        await _run(instrumentation, "enqueue", QueueAlreadyExists("taken"))
     # ... an unreachable database, or any other failure, is not.
     with pytest.raises(ConnectionResetError):
-        await port.enqueue(uuid7(), _one("gone"))
+        await _run(instrumentation, "enqueue", ConnectionResetError("gone"))
     with pytest.raises(DatabaseUnavailable):
-        await port.enqueue(uuid7(), _one("down"))
+        await _run(instrumentation, "enqueue", DatabaseUnavailable())
     assert _operation_counts(own_metrics) == {("enqueue", "success"): 2, ("enqueue", "error"): 2}
     assert _finished(exporter) == []
 
 
-# -- the decorators themselves ----------------------------------------------------------
-
-
-async def test_a_decorator_delegates_each_method_with_its_arguments() -> None:
-    inner = _Messages()
-    port = InstrumentedMessages(inner, Instrumentation(Metrics(), None))
-    queue_id = uuid7()
-    result = await port.dequeue(
-        queue_id,
-        limit=3,
-        visibility_timeout_seconds=30,
-        dead_letter_batch_size=10,
-    )
-    assert result == DequeueResult(messages=[], dead_lettered=0)
-    receipt = Receipt(uuid7(), "handle")
-    assert await port.acknowledge(queue_id, [receipt]) == 1
-    assert inner.calls == [
-        (
-            "dequeue",
-            queue_id,
-            {
-                "limit": 3,
-                "visibility_timeout_seconds": 30,
-                "dead_letter_batch_size": 10,
-            },
-        ),
-        ("acknowledge", queue_id, [receipt]),
-    ]
-
-
-async def test_outside_a_request_an_operation_is_a_root_span_named_after_it(
+async def test_an_operation_is_a_client_span_named_after_it_with_its_outcome(
     exporter: InMemorySpanExporter, tracing: Tracing
 ) -> None:
     own_metrics = Metrics()
-    port = InstrumentedMessages(_Messages(), Instrumentation(own_metrics, tracing.tracer))
+    instrumentation = Instrumentation(own_metrics, tracing.tracer)
+    await _run(instrumentation, "dequeue", None)
+    with pytest.raises(QueueAlreadyExists):
+        await _run(instrumentation, "add_queue", QueueAlreadyExists("taken"))
+    with pytest.raises(ConnectionResetError):
+        await _run(instrumentation, "enqueue", ConnectionResetError("gone"))
     with pytest.raises(DatabaseUnavailable):
-        await port.enqueue(uuid7(), _one("down"))
-    [span] = _finished(exporter)
-    assert span.name == "enqueue"
-    assert span.parent is None  # no request around it: a root span (e.g. a worker batch)
-    assert span.status.status_code == StatusCode.ERROR
-    assert dict(span.attributes or {})["error.type"] == "DatabaseUnavailable"
-    assert _operation_counts(own_metrics) == {("enqueue", "success"): 0, ("enqueue", "error"): 1}
+        await _run(instrumentation, "acknowledge", DatabaseUnavailable())
+    spans = {s.name: s for s in _finished(exporter)}
+    for span in spans.values():
+        assert span.kind == SpanKind.CLIENT
+        assert span.parent is None  # no request around it: a root span (e.g. a worker batch)
+        attributes = dict(span.attributes or {})
+        assert attributes["db.system"] == "postgresql"
+        assert attributes["db.operation.name"] == span.name
+    assert spans["dequeue"].status.status_code == StatusCode.UNSET
+    taken = spans["add_queue"]
+    assert taken.status.status_code == StatusCode.UNSET
+    assert dict(taken.attributes or {})["retsu.domain_error"] == "QueueAlreadyExists"
+    gone = spans["enqueue"]
+    assert gone.status.status_code == StatusCode.ERROR
+    assert dict(gone.attributes or {})["error.type"] == "ConnectionResetError"
+    assert [e.name for e in gone.events] == ["exception"]
+    down = spans["acknowledge"]
+    assert down.status.status_code == StatusCode.ERROR
+    assert dict(down.attributes or {})["error.type"] == "DatabaseUnavailable"
+    assert down.events == ()  # an unreachable database is not an exception to record
+    assert _operation_counts(own_metrics) == {
+        ("dequeue", "success"): 1,
+        ("dequeue", "error"): 0,
+        ("add_queue", "success"): 1,
+        ("add_queue", "error"): 0,
+        ("enqueue", "success"): 0,
+        ("enqueue", "error"): 1,
+        ("acknowledge", "success"): 0,
+        ("acknowledge", "error"): 1,
+    }
 
 
-class _Session:
-    async def read_state(self) -> list[Any]:
-        return []
-
-    async def record_history(self, state: Any) -> None:
-        return None
-
-    async def release(self) -> None:
-        return None
-
-
-class _Leadership:
-    def __init__(self, session: _Session | None) -> None:
-        self.session = session
-
-    async def try_acquire(self) -> _Session | None:
-        return self.session
-
-
-async def test_leadership_and_its_session_are_measured() -> None:
-    own_metrics = Metrics()
-    instrumentation = Instrumentation(own_metrics, None)
-    assert await InstrumentedLeadership(_Leadership(None), instrumentation).try_acquire() is None
-    session = await InstrumentedLeadership(_Leadership(_Session()), instrumentation).try_acquire()
-    assert session is not None
-    await session.record_history(await session.read_state())
-    await session.release()
-    text = own_metrics.render()[0].decode()
-    for operation, count in [
-        ("acquire_leadership", 2),
-        ("read_state", 1),
-        ("record_history", 1),
-        ("release_leadership", 1),
-    ]:
-        line = (
-            f'db_operation_duration_seconds_count{{operation="{operation}",outcome="success"}} '
-            f"{float(count)}"
-        )
-        assert line in text
-
-
-# -- provider life cycle ----------------------------------------------------------------
+async def test_an_operation_inside_a_request_span_is_its_child(
+    exporter: InMemorySpanExporter, tracing: Tracing
+) -> None:
+    assert tracing.tracer is not None
+    instrumentation = Instrumentation(Metrics(), tracing.tracer)
+    with tracing.tracer.start_as_current_span("request", kind=SpanKind.SERVER) as request:
+        await _run(instrumentation, "dequeue", None)
+    child = next(s for s in _finished(exporter) if s.name == "dequeue")
+    assert child.parent is not None
+    assert child.parent.span_id == request.get_span_context().span_id
 
 
 class _StuckExporter(SpanExporter):

@@ -7,16 +7,13 @@ import uuid
 from uuid import UUID
 
 import pytest
+from dependency_injector import providers
 
-from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.storage import MemoryStorage
-from retsu.adapters.system import Uuid7Generator
-from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
-from retsu.application.create_queue import CreateQueue, CreateQueueCommand
-from retsu.application.dequeue import Dequeue, DequeueCommand
-from retsu.application.enqueue import Enqueue, EnqueueCommand
-from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
+from retsu.application.messages import AcknowledgeCommand, DequeueCommand, EnqueueCommand
+from retsu.application.ports import QueueDetails
+from retsu.application.queues import CreateQueueCommand, UpdateQueueCommand
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.errors import InvalidInput, QueueAlreadyExists, QueueNotFound
 from retsu.domain.message import (
@@ -28,24 +25,27 @@ from retsu.domain.message import (
     Receipt,
 )
 from retsu.domain.queue import Queue, QueueSettings
+from tests.support.containers import api_container
 from tests.support.doubles.events import RecordingQueueEvents
 
 
 class World:
-    """The use cases wired to memory adapters, plus a few helpers that read like the domain."""
+    """The use cases as the API container wires them, on the memory twin, plus a few
+    helpers that read like the domain."""
 
     def __init__(self) -> None:
         self.clock = ManualClock()
         self.repository = MemoryStorage(self.clock)
-        self.details = RepositoryQueueDetails(self.repository)
-        self.names = DetailsQueueNames(self.details)
         self.events = RecordingQueueEvents()
-        ids = Uuid7Generator()
-        self.create_queue = CreateQueue(self.repository, self.details, self.names, ids, self.clock)
-        self.update_queue = UpdateQueue(self.repository, self.details, self.names)
-        self.enqueue = Enqueue(self.repository, self.details, ids, self.events, self.names)
-        self.dequeue = Dequeue(self.repository, self.names, self.events)
-        self.acknowledge = Acknowledge(self.repository, self.names, self.events)
+        self.container = container = api_container(
+            clock=self.clock, storage=self.repository, metrics=self.events
+        )
+        queues, messages = container.use_cases.queues(), container.use_cases.messages()
+        self.create_queue = queues.create
+        self.update_queue = queues.update
+        self.enqueue = messages.enqueue
+        self.dequeue = messages.dequeue
+        self.acknowledge = messages.acknowledge
 
     async def queue(self, name: str = "orders", **settings: int) -> Queue:
         return await self.create_queue(CreateQueueCommand(name=name, **settings))
@@ -238,7 +238,7 @@ async def test_a_message_without_ttl_lives_as_long_as_the_queue_default(world: W
 class CountingDetails:
     """QueueDetails that counts its lookups."""
 
-    def __init__(self, inner: RepositoryQueueDetails) -> None:
+    def __init__(self, inner: QueueDetails) -> None:
         self.inner = inner
         self.lookups = 0
 
@@ -257,8 +257,11 @@ async def test_only_a_delay_without_its_own_lifetime_needs_the_queue_settings(
     world: World,
 ) -> None:
     queue = await world.queue(default_message_ttl_seconds=60)
-    details = CountingDetails(world.details)
-    enqueue = Enqueue(world.repository, details, Uuid7Generator(), world.events, world.names)
+    use_cases = world.container.use_cases
+    details = CountingDetails(world.container.lookups.details())
+    world.container.lookups.details.override(providers.Object(details))
+    use_cases.messages.reset()  # a new service, built over the counting details
+    enqueue = use_cases.messages().enqueue
     plain = [NewMessage.parse("a", "LOW"), NewMessage.parse("b", "LOW", 30, 10)]
     await enqueue(EnqueueCommand(queue.id, plain, batch=True))
     assert details.lookups == 0  # the name (for the metrics) is all it looked up

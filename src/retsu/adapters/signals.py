@@ -16,15 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Protocol
 from uuid import UUID
-
-
-class Announcer(Protocol):
-    """Told after a committed change that may have made a message of a queue deliverable
-    (or changed the queue itself); wakes that queue's waiters."""
-
-    def announce(self, queue_id: UUID, *, queue_changed: bool = False) -> None: ...
 
 
 class InProcessWatch:
@@ -89,6 +81,14 @@ class InProcessMessageSignals:
     def __init__(self) -> None:
         self._watches: dict[UUID, set[InProcessWatch]] = {}
         self._closed = False
+
+    # -- the life cycle (the PostgreSQL signals have a connection to open and close) --
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        self.close()
 
     # -- the port ------------------------------------------------------------------
 

@@ -14,11 +14,11 @@ from uuid import UUID
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
 from retsu.domain.browsing import BrowseState, MessageBatch, MessagePosition, StoredMessage
 from retsu.domain.consumer import ConsumerPosition, ConsumerRecord, ConsumerSighting, SeenBetween
-from retsu.domain.cursor import AuditPosition, DeadLetterPosition, QueuePosition
 from retsu.domain.history import HistoryPoint
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
 from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Priority, Receipt
+from retsu.domain.pagination import AuditPosition, DeadLetterPosition, QueuePosition
 from retsu.domain.queue import Queue, QueueSettingsUpdate
 from retsu.domain.state import PriorityState, StateSnapshot
 
@@ -85,6 +85,11 @@ class QueueStateReader(Protocol):
     async def read_state(self, queue_id: UUID) -> list[PriorityState]:
         """Exact state of one queue per priority (SPEC §3.2 counting rules), at a cost
         independent of the backlog; empty when the queue does not exist."""
+        ...
+
+    async def read_states(self, queue_ids: Sequence[UUID]) -> list[PriorityState]:
+        """``read_state`` of several queues in one read (a page of the console's overview),
+        in the order given; queues that do not exist are left out."""
         ...
 
 
@@ -218,8 +223,11 @@ class AuditLog(Protocol):
 
 
 class ServerSecrets(Protocol):
+    """Secrets made once by ``retsu migrate`` and shared by every API process (the HTTP
+    adapter signs cursors and console sessions with them)."""
+
     async def cursor_signing_key(self) -> bytes:
-        """The key shared by every API process that signs pagination cursors."""
+        """The key that signs pagination cursors (and, derived, console sessions)."""
         ...
 
 
@@ -374,6 +382,13 @@ class MessageSignals(Protocol):
     released, the queue was resumed…). Only hints: a waiting dequeue always asks the
     repository, and asks again at least once a second even when nothing is signalled."""
 
+    def announce(self, queue_id: UUID, *, queue_changed: bool = False) -> None:
+        """Told by a use case after a committed change that may have made a message of
+        ``queue_id`` deliverable (an enqueue, a redrive, a released lease) or, with
+        ``queue_changed``, changed the queue itself (paused, resumed, deleted): wakes the
+        polls waiting on it, in every API process. Never raises, never waits."""
+        ...
+
     def watch(self, queue_id: UUID) -> SignalWatch: ...
 
     @property
@@ -395,6 +410,11 @@ class ConsumerStore(Protocol):
     async def record_consumers(self, sightings: Sequence[ConsumerSighting]) -> None:
         """Merge every sighting in one statement: the earliest first_seen_at, the latest
         last_seen_at, deliveries added. Sightings of queues that are gone are dropped."""
+        ...
+
+    async def count_consumers(self, *, seen: SeenBetween) -> dict[UUID, int]:
+        """How many consumers each queue has whose last_seen_at is within ``seen`` (queues
+        with none are left out), in one read."""
         ...
 
     async def list_consumers(
@@ -423,6 +443,13 @@ class QueueHistoryReader(Protocol):
     ) -> list[HistoryPoint]:
         """The queue's snapshots taken at or after ``since``, oldest first, summed into
         epoch-aligned buckets of ``bucket_seconds`` (``domain.history.downsample``)."""
+        ...
+
+    async def read_histories(
+        self, queue_ids: Sequence[UUID], *, since: datetime, bucket_seconds: int
+    ) -> dict[UUID, list[HistoryPoint]]:
+        """``read_history`` of several queues in one read; a queue with no snapshot in the
+        window maps to an empty list."""
         ...
 
 

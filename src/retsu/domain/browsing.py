@@ -25,12 +25,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from retsu.domain.cursor import from_micros, invalid_cursor, to_micros
 from retsu.domain.errors import InvalidInput
 from retsu.domain.message import Priority
+from retsu.domain.pagination import from_micros, invalid_cursor, to_micros
 
 # The cursor kind of message pages (domain/cursor.py: one short kind per list).
-MESSAGES_CURSOR_KIND = "m"
 
 # How many stored rows one page may examine at most, whatever the limit: filters that no
 # index serves (a priority on every live message, in flight or delayed; live rows among

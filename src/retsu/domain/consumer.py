@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from retsu.domain.cursor import from_micros, invalid_cursor, to_micros
 from retsu.domain.errors import InvalidInput
+from retsu.domain.pagination import from_micros, invalid_cursor, to_micros
 
 CONSUMER_NAME_MAX_LENGTH = 128
 _CONSUMER_NAME = re.compile(r"[!-~]{1,128}")
@@ -30,7 +30,6 @@ CONSUMER_RETENTION_SECONDS = 24 * 3600
 CONSUMER_FLUSH_INTERVAL_SECONDS = 5.0
 
 # The cursor kind of the consumer list (the others are in ``cursor.CursorKind``).
-CONSUMERS_CURSOR_KIND = "c"
 
 
 def parse_consumer_name(value: str) -> str:

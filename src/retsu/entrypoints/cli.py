@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from retsu import __version__
-from retsu.entrypoints.workers import WORKERS, UnknownWorker, check_worker
+from retsu.entrypoints.workers import UnknownWorker, check_worker, worker_modules
 
 log = logging.getLogger("retsu")
 
@@ -55,12 +55,13 @@ def _fail(message: str, code: int) -> int:
 
 
 def _list_workers(module: str | None) -> int:
+    modules = worker_modules()
     if module is None:
-        print("\n".join(sorted(WORKERS)))
+        print("\n".join(sorted(modules)))
         return 0
-    if module not in WORKERS:
-        return _fail(f"unknown worker module {module!r} (known modules: {', '.join(WORKERS)})", 2)
-    print("\n".join(WORKERS[module]))
+    if module not in modules:
+        return _fail(f"unknown worker module {module!r} (known modules: {', '.join(modules)})", 2)
+    print("\n".join(modules[module]))
     return 0
 
 
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UnknownWorker as error:
             return _fail(str(error), 2)
 
-    # Imported here so `--help`, `--version` and `worker list` stay instant.
+    # Imported here so `--help` and `--version` stay instant.
     from retsu.adapters.telemetry.logging import configure_logging
     from retsu.entrypoints.settings import ConfigError, load_settings
 

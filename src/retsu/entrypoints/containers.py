@@ -9,10 +9,11 @@ storage at once with a container that has ``StorageContainer``'s provider names
 
 from __future__ import annotations
 
+import time
+
 from dependency_injector import containers, providers
 
 from retsu import __version__
-from retsu.adapters.announcing import AnnouncingDeadLetters, AnnouncingMessages
 from retsu.adapters.cache.breaker import CircuitBreaker
 from retsu.adapters.cache.closing import close_layers
 from retsu.adapters.cache.local import LocalQueueNames
@@ -23,7 +24,12 @@ from retsu.adapters.cache.shared import RedisQueueDetails
 from retsu.adapters.http.app import create_app
 from retsu.adapters.http.auth import ApiToken, AuthConfig
 from retsu.adapters.http.console import ConsoleConfig
+from retsu.adapters.http.cursors import Cursors
 from retsu.adapters.http.management import create_management_app
+from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.leadership import InMemoryLeadership, InMemoryLock
+from retsu.adapters.memory.secrets import RandomServerSecrets
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
 from retsu.adapters.postgres.browsing import PostgresMessageBrowser
 from retsu.adapters.postgres.consumers import PostgresConsumers
@@ -38,52 +44,23 @@ from retsu.adapters.postgres.notifications import PostgresMessageSignals
 from retsu.adapters.postgres.queues import PostgresQueues
 from retsu.adapters.postgres.secrets import PostgresServerSecrets
 from retsu.adapters.postgres.state import PostgresQueueState
+from retsu.adapters.signals import InProcessMessageSignals
 from retsu.adapters.system import StopAwareSleeper, SystemClock, Uuid7Generator
-from retsu.adapters.telemetry.instrumented import (
-    Instrumentation,
-    InstrumentedAuditLog,
-    InstrumentedConsumers,
-    InstrumentedDeadLetters,
-    InstrumentedHistory,
-    InstrumentedLeadership,
-    InstrumentedMaintenance,
-    InstrumentedMessageBrowser,
-    InstrumentedMessages,
-    InstrumentedQueues,
-    InstrumentedQueueState,
-)
 from retsu.adapters.telemetry.metrics import Metrics
+from retsu.adapters.telemetry.operations import Instrumentation
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
 from retsu.adapters.telemetry.tracing import create_tracing
-from retsu.application.acknowledge import Acknowledge
+from retsu.application.activity import ActivityService
 from retsu.application.batch_worker import BatchSchedule, BatchWorker
-from retsu.application.change_visibility import ChangeVisibility
+from retsu.application.browsing import BrowsingService
 from retsu.application.clean_dead_letters import CleanDeadLetters
 from retsu.application.clean_expired_messages import CleanExpiredMessages
-from retsu.application.create_queue import CreateQueue
-from retsu.application.delete_dead_letter import DeleteDeadLetter
-from retsu.application.delete_message import DeleteMessage
-from retsu.application.delete_queue import DeleteQueue
-from retsu.application.dequeue import Dequeue
-from retsu.application.enqueue import Enqueue
-from retsu.application.enqueue_idempotent import EnqueueIdempotent
-from retsu.application.get_dead_letter import GetDeadLetter
-from retsu.application.get_message import GetMessage
-from retsu.application.get_queue import GetQueue
-from retsu.application.get_queue_history import GetQueueHistory
-from retsu.application.list_audit_log import ListAuditLog
-from retsu.application.list_consumers import ListConsumers
-from retsu.application.list_dead_letters import ListDeadLetters
-from retsu.application.list_messages import ListMessages
-from retsu.application.list_queues import ListQueues
-from retsu.application.pause_queue import PauseQueue, ResumeQueue
-from retsu.application.ports import QueueRepository
-from retsu.application.purge_queue import PurgeQueue
-from retsu.application.redrive_dead_letter import RedriveDeadLetter
-from retsu.application.redrive_dead_letters import RedriveDeadLetters
+from retsu.application.dead_letters import DeadLetterService
+from retsu.application.messages import MessageService
+from retsu.application.ports import Clock, QueueRepository
+from retsu.application.queues import QueueService
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
 from retsu.application.track_consumers import ConsumerTracker
-from retsu.application.update_queue import UpdateQueue
 from retsu.entrypoints.settings import Settings
 
 
@@ -130,6 +107,8 @@ class CoreContainer(containers.DeclarativeContainer):
     # The role name on every span (retsu.role), as in the logs: api, dev, worker:<name>.
     role = providers.Object("retsu")
     clock = providers.Singleton(SystemClock)
+    # The time source of waits (a long poll's deadline); tests give a virtual one.
+    monotonic = providers.Object(time.monotonic)
     ids = providers.Singleton(Uuid7Generator)
     metrics = providers.Singleton(
         Metrics, max_queues=settings.provided.telemetry.metrics.max_queues
@@ -153,11 +132,10 @@ class CoreContainer(containers.DeclarativeContainer):
 class StorageContainer(containers.DeclarativeContainer):
     """PostgreSQL: the engine (one pool per process) and one provider per storage port.
 
-    Every port is the PostgreSQL adapter behind the telemetry decorator (each operation
-    timed and, when tracing is on, traced); the message and dead-letter ports are also
-    announced to the long polls after each committed change that can make a message
-    deliverable. A test replaces the whole storage with a container of the same
-    provider names (``tests/support/doubles/storage.py``) or overrides one port.
+    Every statement runs through ``database`` (``adapters/postgres/database.py``), which
+    times and traces each one under its name through ``instrumentation``. A test replaces
+    the whole storage with ``MemoryStorageContainer`` (the same provider names) or
+    overrides one port.
     """
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
@@ -179,8 +157,11 @@ class StorageContainer(containers.DeclarativeContainer):
         transaction_pooler=transaction_pooler,
     )
     # Every statement's connection handling: broken connections discarded, a statement
-    # retried once when safe, DatabaseUnavailable when PostgreSQL cannot be reached.
-    database = providers.Singleton(Database, engine, pin_transactions=transaction_pooler)
+    # retried once when safe, DatabaseUnavailable when PostgreSQL cannot be reached; and
+    # every operation timed (and traced) once, here.
+    database = providers.Singleton(
+        Database, engine, pin_transactions=transaction_pooler, telemetry=instrumentation
+    )
     # database.session_url: what needs a session of its own (SPEC §10). The collector's
     # advisory lock gets a small pool there (its leader keeps one connection, a standby
     # borrows one to try); without a session_url it shares the pooled database.
@@ -194,7 +175,7 @@ class StorageContainer(containers.DeclarativeContainer):
     )
     session_database = providers.Selector(
         providers.Callable(_session_source, settings),
-        own=providers.Singleton(Database, session_engine),
+        own=providers.Singleton(Database, session_engine, telemetry=instrumentation),
         pooled=database,
     )
     # Long polling: one dedicated LISTEN/NOTIFY connection per process, fanned out to
@@ -207,56 +188,66 @@ class StorageContainer(containers.DeclarativeContainer):
         connect_timeout_seconds=settings.provided.database.acquire_timeout_seconds,
     )
 
-    queues = providers.Singleton(
-        InstrumentedQueues, providers.Singleton(PostgresQueues, database), instrumentation
-    )
-    queue_state = providers.Singleton(
-        InstrumentedQueueState, providers.Singleton(PostgresQueueState, database), instrumentation
-    )
-    messages = providers.Singleton(
-        AnnouncingMessages,
-        providers.Singleton(
-            InstrumentedMessages, providers.Singleton(PostgresMessages, database), instrumentation
-        ),
-        message_signals,
-    )
-    dead_letters = providers.Singleton(
-        AnnouncingDeadLetters,
-        providers.Singleton(
-            InstrumentedDeadLetters,
-            providers.Singleton(PostgresDeadLetters, database),
-            instrumentation,
-        ),
-        message_signals,
-    )
-    audit_log = providers.Singleton(
-        InstrumentedAuditLog, providers.Singleton(PostgresAuditLog, database), instrumentation
-    )
+    queues = providers.Singleton(PostgresQueues, database)
+    queue_state = providers.Singleton(PostgresQueueState, database)
+    messages = providers.Singleton(PostgresMessages, database)
+    dead_letters = providers.Singleton(PostgresDeadLetters, database)
+    audit_log = providers.Singleton(PostgresAuditLog, database)
     # Browsing messages without claiming them, and an operator's delete (SPEC §3.6).
-    message_browser = providers.Singleton(
-        InstrumentedMessageBrowser,
-        providers.Singleton(PostgresMessageBrowser, database),
-        instrumentation,
-    )
+    message_browser = providers.Singleton(PostgresMessageBrowser, database)
     # The cleaners' batches and the collector's lock (worker roles).
-    maintenance = providers.Singleton(
-        InstrumentedMaintenance, providers.Singleton(PostgresMaintenance, database), instrumentation
-    )
-    leadership = providers.Singleton(
-        InstrumentedLeadership,
-        providers.Singleton(AdvisoryLockLeadership, session_database),
-        instrumentation,
-    )
-    # -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --
-    consumers = providers.Singleton(
-        InstrumentedConsumers, providers.Singleton(PostgresConsumers, database), instrumentation
-    )
-    history = providers.Singleton(
-        InstrumentedHistory, providers.Singleton(PostgresHistory, database), instrumentation
-    )
+    maintenance = providers.Singleton(PostgresMaintenance, database)
+    leadership = providers.Singleton(AdvisoryLockLeadership, session_database)
+    # Consumers (SPEC §3.7) and queue history (SPEC §3.8).
+    consumers = providers.Singleton(PostgresConsumers, database)
+    history = providers.Singleton(PostgresHistory, database)
     readiness = providers.Callable(check_database, engine)
     # The cursor-signing key made by `retsu migrate`, read once, on first use.
     secrets = providers.Singleton(PostgresServerSecrets, database)
+
+
+async def _always_ready() -> None:
+    return None
+
+
+def _itself(storage: MemoryStorage) -> MemoryStorage:
+    return storage
+
+
+class MemoryStorageContainer(containers.DeclarativeContainer):
+    """The memory twin of ``StorageContainer``: the same provider names (a subset, so it
+    overrides a role's storage: ``container.storage.override(MemoryStorageContainer())``)
+    over one ``MemoryStorage`` (``adapters/memory``), for the unit tests and the client's
+    testing helper. ``database`` is that storage (a ``ManualClock``'s unless given); long
+    polls are woken in process; the cursor key is random per container."""
+
+    database: providers.Dependency[MemoryStorage] = providers.Dependency(
+        instance_of=MemoryStorage,
+        default=providers.Singleton(MemoryStorage, providers.Singleton(ManualClock)),
+    )
+    message_signals = providers.Singleton(InProcessMessageSignals)
+
+    # One provider per port, each serving the one storage (a provider object may stand
+    # under one name only in a declarative container).
+    queues = providers.Singleton(_itself, database)
+    queue_state = providers.Singleton(_itself, database)
+    messages = providers.Singleton(_itself, database)
+    dead_letters = providers.Singleton(_itself, database)
+    audit_log = providers.Singleton(_itself, database)
+    message_browser = providers.Singleton(_itself, database)
+    maintenance = providers.Singleton(_itself, database)
+    leadership = providers.Singleton(
+        InMemoryLeadership, providers.Singleton(InMemoryLock), database
+    )
+    consumers = providers.Singleton(_itself, database)
+    history = providers.Singleton(_itself, database)
+    readiness = providers.Callable(_always_ready)
+    secrets = providers.Singleton(RandomServerSecrets)
+
+
+def memory_storage(clock: Clock) -> MemoryStorageContainer:
+    """The memory twin on ``clock`` (give the role's core the same clock)."""
+    return MemoryStorageContainer(database=providers.Singleton(MemoryStorage, clock))
 
 
 def _cache_layer(enabled: bool) -> str:
@@ -319,110 +310,54 @@ class QueueLookupContainer(containers.DeclarativeContainer):
 
 
 class UseCaseContainer(containers.DeclarativeContainer):
+    """The services the API's handlers take, one per thing they act on (each provider's
+    name is the handler parameter that receives it; ``adapters/http/app.py``)."""
+
     core = providers.DependenciesContainer()
     storage = providers.DependenciesContainer()
     lookups = providers.DependenciesContainer()
 
-    create_queue = providers.Singleton(
-        CreateQueue,
-        queues=storage.queues,
-        details=lookups.details,
-        names=lookups.names,
-        ids=core.ids,
-        clock=core.clock,
-    )
-    update_queue = providers.Singleton(
-        UpdateQueue, queues=storage.queues, details=lookups.details, names=lookups.names
-    )
-    enqueue = providers.Singleton(
-        Enqueue,
-        messages=storage.messages,
-        details=lookups.details,
-        ids=core.ids,
-        events=core.metrics,
-        names=lookups.names,
-    )
     # What this process saw of named consumers, written every 5 s (SPEC §3.7); started
     # and stopped (with a last write) with the API app.
     consumer_tracker = providers.Singleton(
         ConsumerTracker, store=storage.consumers, clock=core.clock, events=core.metrics
     )
-    dequeue = providers.Singleton(
-        Dequeue,
-        messages=storage.messages,
+    queues = providers.Singleton(
+        QueueService,
+        queues=storage.queues,
+        state=storage.queue_state,
+        details=lookups.details,
         names=lookups.names,
+        ids=core.ids,
+        clock=core.clock,
+        signals=storage.message_signals,
+    )
+    messages = providers.Singleton(
+        MessageService,
+        messages=storage.messages,
+        details=lookups.details,
+        names=lookups.names,
+        ids=core.ids,
         events=core.metrics,
         signals=storage.message_signals,
         consumers=consumer_tracker,
+        monotonic=core.monotonic,
     )
-    acknowledge = providers.Singleton(
-        Acknowledge, messages=storage.messages, names=lookups.names, events=core.metrics
-    )
-    # -- operator and consumer features (SPEC §3.2–3.5) --
-    list_queues = providers.Singleton(ListQueues, queues=storage.queues, secrets=storage.secrets)
-    get_queue = providers.Singleton(GetQueue, queues=storage.queues, state=storage.queue_state)
-    pause_queue = providers.Singleton(
-        PauseQueue, queues=storage.queues, details=lookups.details, names=lookups.names
-    )
-    resume_queue = providers.Singleton(
-        ResumeQueue, queues=storage.queues, details=lookups.details, names=lookups.names
-    )
-    purge_queue = providers.Singleton(PurgeQueue, queues=storage.queues)
-    delete_queue = providers.Singleton(
-        DeleteQueue, queues=storage.queues, details=lookups.details, names=lookups.names
-    )
-    enqueue_idempotent = providers.Singleton(
-        EnqueueIdempotent,
-        messages=storage.messages,
-        details=lookups.details,
-        ids=core.ids,
-        events=core.metrics,
-    )
-    change_visibility = providers.Singleton(
-        ChangeVisibility, messages=storage.messages, names=lookups.names
-    )
-    list_dead_letters = providers.Singleton(
-        ListDeadLetters,
-        dead_letters=storage.dead_letters,
-        details=lookups.details,
-        secrets=storage.secrets,
-    )
-    get_dead_letter = providers.Singleton(
-        GetDeadLetter, dead_letters=storage.dead_letters, details=lookups.details
-    )
-    redrive_dead_letter = providers.Singleton(
-        RedriveDeadLetter,
+    dead_letters = providers.Singleton(
+        DeadLetterService,
         dead_letters=storage.dead_letters,
         details=lookups.details,
         ids=core.ids,
         events=core.metrics,
+        signals=storage.message_signals,
     )
-    redrive_dead_letters = providers.Singleton(
-        RedriveDeadLetters,
-        dead_letters=storage.dead_letters,
-        details=lookups.details,
-        ids=core.ids,
-        events=core.metrics,
-    )
-    delete_dead_letter = providers.Singleton(
-        DeleteDeadLetter, dead_letters=storage.dead_letters, details=lookups.details
-    )
-    list_audit_log = providers.Singleton(
-        ListAuditLog, audit_log=storage.audit_log, secrets=storage.secrets
-    )
-    # -- browsing messages without claiming them (SPEC §3.6) --
-    list_messages = providers.Singleton(
-        ListMessages, browser=storage.message_browser, secrets=storage.secrets
-    )
-    get_message = providers.Singleton(GetMessage, browser=storage.message_browser)
-    delete_message = providers.Singleton(DeleteMessage, browser=storage.message_browser)
-    # -- consumers (SPEC §3.7) and queue history (SPEC §3.8) --
-    list_consumers = providers.Singleton(
-        ListConsumers, consumers=storage.consumers, secrets=storage.secrets, clock=core.clock
-    )
-    get_queue_history = providers.Singleton(
-        GetQueueHistory,
+    browsing = providers.Singleton(BrowsingService, browser=storage.message_browser)
+    activity = providers.Singleton(
+        ActivityService,
+        consumers=storage.consumers,
         history=storage.history,
+        audit_log=storage.audit_log,
+        state=storage.queue_state,
         details=lookups.details,
         clock=core.clock,
         collection_interval_seconds=core.settings.provided.worker.queue.state_metrics_collector.collection_interval_seconds,
@@ -457,11 +392,14 @@ class ApiContainer(containers.DeclarativeContainer):
         secrets=storage.secrets,
         auth=auth,
     )
-    # The HTTP handlers take their use cases from this container's providers, by name
-    # (adapters/http/app.py): adding a use case is one UseCaseContainer line.
+    # Pagination cursors, signed with the key every API process shares.
+    cursors = providers.Singleton(Cursors, storage.secrets)
+    # The HTTP handlers take their services from this container's providers, by name
+    # (adapters/http/app.py): adding a service is one UseCaseContainer provider.
     app = providers.Singleton(
         create_app,
-        use_cases=providers.Callable(provider_map, use_cases),
+        services=providers.Callable(provider_map, use_cases),
+        cursors=cursors,
         readiness=storage.readiness.provider,
         metrics=core.metrics,
         auth=auth,
@@ -556,4 +494,17 @@ class WorkerContainer(containers.DeclarativeContainer):
     )
     management_app = providers.Singleton(
         create_management_app, readiness=storage.readiness.provider, metrics=core.metrics
+    )
+
+
+class DevContainer(containers.DeclarativeContainer):
+    """`retsu dev`: the API and every worker in one process, on one pool and one metrics
+    registry (the API's /metrics also shows the workers' counters and the state gauges):
+    the workers' core and storage are the API's."""
+
+    settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
+    role = providers.Object("dev")
+    api = providers.Container(ApiContainer, settings=settings, role=role)
+    workers = providers.Container(
+        WorkerContainer, settings=settings, role=role, core=api.core, storage=api.storage
     )

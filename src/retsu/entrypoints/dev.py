@@ -13,7 +13,7 @@ from msgspec.structs import replace
 
 from retsu.entrypoints import serving
 from retsu.entrypoints.api import run_api
-from retsu.entrypoints.containers import ApiContainer, WorkerContainer
+from retsu.entrypoints.containers import DevContainer
 from retsu.entrypoints.database import session_url
 from retsu.entrypoints.embedded import embedded_postgres
 from retsu.entrypoints.migrate import migrate_database
@@ -79,19 +79,13 @@ async def _run_with_url(settings: Settings, url: str, database: str | None = Non
         session_url(settings.database, "retsu migrate"),
         timeout_seconds=settings.database.acquire_timeout_seconds,
     )
-    api = ApiContainer(settings=settings, role="dev")
-    workers = WorkerContainer(settings=settings, role="dev")
-    # One process: one pool and one metrics registry for the API and the workers, so
-    # the API's /metrics also shows the workers' counters and the state gauges.
-    workers.storage.engine.override(api.storage.engine)
-    workers.core.metrics.override(api.core.metrics)
-    workers.core.tracing.override(api.core.tracing)
+    dev = DevContainer(settings=settings)
     banner = _banner(settings, database or redacted_url(url))
     return await run_api(
         settings,
-        api,
-        workers=list(workers.workers().values()),
-        workers_sleeper=workers.sleeper(),
+        dev.api.container,
+        workers=list(dev.workers.workers().values()),
+        workers_sleeper=dev.workers.sleeper(),
         sockets=sockets,
         on_listening=lambda: print(banner, file=sys.stderr, flush=True),
     )

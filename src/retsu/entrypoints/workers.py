@@ -1,17 +1,18 @@
 """The worker catalogue: which worker names exist in which module.
 
-Checked before any configuration is used or connection made, so a typo fails fast.
+Read from the worker container itself (its ``workers`` provider, without building
+anything), so the names are listed once, where the workers are wired. Checked before any
+configuration is used or connection made, so a typo fails fast.
 """
 
 from __future__ import annotations
 
-WORKERS: dict[str, tuple[str, ...]] = {
-    "queue": (
-        "expired-message-cleaner",
-        "dead-letter-message-cleaner",
-        "state-metrics-collector",
-    ),
-}
+
+def worker_modules() -> dict[str, tuple[str, ...]]:
+    """Module name → its workers' names, in the container's order."""
+    from retsu.entrypoints.containers import WorkerContainer
+
+    return {"queue": tuple(WorkerContainer.workers.kwargs)}
 
 
 class UnknownWorker(Exception):
@@ -19,9 +20,10 @@ class UnknownWorker(Exception):
 
 
 def check_worker(module: str, name: str) -> None:
-    if module not in WORKERS:
-        known = ", ".join(sorted(WORKERS))
+    modules = worker_modules()
+    if module not in modules:
+        known = ", ".join(sorted(modules))
         raise UnknownWorker(f"unknown worker module {module!r} (known modules: {known})")
-    if name not in WORKERS[module]:
-        known = ", ".join(WORKERS[module])
+    if name not in modules[module]:
+        known = ", ".join(modules[module])
         raise UnknownWorker(f"unknown worker {name!r} in module {module!r} (known: {known})")

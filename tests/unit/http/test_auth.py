@@ -20,11 +20,11 @@ from retsu.adapters.http.auth import (
     ADMIN,
     MESSAGES,
     READ,
+    SCOPES_OPT,
     ApiToken,
     AuthConfig,
     AuthMiddleware,
-    accepted_scopes,
-    route_scopes,
+    check_declared,
 )
 from retsu.adapters.http.caller import caller_of
 from retsu.adapters.telemetry.logging import redact_secrets
@@ -97,6 +97,16 @@ def _plain(template: str) -> str:
 
 def _concrete(template: str) -> str:
     return _PARAM.sub(lambda _: str(uuid.uuid4()), template)
+
+
+def route_scopes(app: Litestar) -> dict[tuple[str, str], frozenset[str] | None]:
+    """Every registered route's declared scopes: (method, path template) → scopes."""
+    table: dict[tuple[str, str], frozenset[str] | None] = {}
+    for route in app.routes:
+        if isinstance(route, HTTPRoute):
+            for method, (handler, _) in route.route_handler_map.items():
+                table[(method, route.path)] = handler.opt.get(SCOPES_OPT)
+    return table
 
 
 @pytest.fixture
@@ -513,10 +523,19 @@ def test_every_registered_route_has_its_spec_scope(app: Litestar) -> None:
             f"{method} {path} is not in SPEC_SCOPES: decide its scope (SPEC §3.5) and add it"
         )
         assert scope == SPEC_SCOPES[(method, path)], (method, path, scope)
-    # OPTIONS: open to consumers on the queue reads and the message paths, else admin only.
+    # OPTIONS: every scope the path's routes accept but read (only ever for looking).
     for path in options:
-        consumers = "/messages" in path or path in ("/v1/queues", "/v1/queues/{queue_id}")
-        assert accepted_scopes("OPTIONS", path) == (CONSUMER if consumers else ADMIN_ONLY), path
+        accepted = {
+            scope
+            for (method, other), scope in table.items()
+            if _plain(other) == path and method != "OPTIONS"
+        }
+        expected = frozenset().union(*(s for s in accepted if s)) - {READ}
+        assert table[("OPTIONS", _find(table, path))] == expected, path
+        if "/messages" in path and not path.endswith("{message_id}"):
+            assert expected == CONSUMER, path
+        if path in ("/v1/queues", "/v1/queues/{queue_id}"):
+            assert expected == CONSUMER, path
     # The core routes of the contract are there (the rest join as they are built).
     assert ("POST", "/v1/queues") in table
     assert ("POST", "/v1/queues/{queue_id:str}/messages/dequeue") in table
@@ -528,22 +547,27 @@ def test_the_open_routes_are_exactly_health_and_metrics_and_docs(app: Litestar) 
     assert all(not p.startswith("/v1") for p in open_paths)
 
 
-def test_spec_templates_classify_like_the_rule() -> None:
-    # Independent of which routes exist yet: every SPEC route, template and concrete path.
+def _find(table: dict[tuple[str, str], object], plain: str) -> str:
+    return next(template for (_, template) in table if _plain(template) == plain)
+
+
+def test_spec_routes_declare_the_spec_scopes_and_read_only_looks(app: Litestar) -> None:
+    table = {(m, _plain(path)): scopes for (m, path), scopes in route_scopes(app).items()}
     for (method, template), scopes in SPEC_SCOPES.items():
-        assert accepted_scopes(method, template) == scopes, (method, template)
-        assert accepted_scopes(method, _concrete(template)) == scopes, (method, template)
-        if method == "GET":
-            assert accepted_scopes("HEAD", template) == scopes, template
-    assert accepted_scopes("GET", "/health/live") is None
-    assert accepted_scopes("GET", "/metrics") is None
-    assert accepted_scopes("GET", "/v1") == OPERATOR_READ
-    assert accepted_scopes("POST", "/v1/queues/x/some-new-operator-route") == ADMIN_ONLY
-    assert accepted_scopes("GET", "/v1/queues/x/some-new-operator-read") == OPERATOR_READ
-    assert accepted_scopes("POST", "/v1/queues/x/messages/some-new-route") == CONSUMER
+        assert table[(method, template)] == scopes, (method, template)
     # read: every GET under /v1, nothing else.
     for (method, template), scopes in SPEC_SCOPES.items():
         assert (READ in scopes) == (method == "GET"), (method, template)
+
+
+def test_a_v1_route_that_declares_no_scopes_refuses_to_start() -> None:
+    @get("/v1/forgotten", sync_to_thread=False)
+    def forgotten() -> None:
+        return None
+
+    with pytest.raises(RuntimeError, match="declares no scopes"):
+        check_declared([forgotten])
+    check_declared([get("/elsewhere", sync_to_thread=False)(lambda: None)])
 
 
 async def test_every_registered_route_enforces_its_scope(app: Litestar, client: Client) -> None:
@@ -553,7 +577,7 @@ async def test_every_registered_route_enforces_its_scope(app: Litestar, client: 
     assert routes
     for method, template in routes:
         path = _concrete(template)
-        accepted = accepted_scopes(method, template)
+        accepted = route_scopes(app)[(method, template)]
         assert accepted is not None and ADMIN in accepted
         anonymous = await client.request(method, path)
         assert anonymous.status_code == 401, (method, template)

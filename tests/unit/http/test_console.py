@@ -30,7 +30,7 @@ from retsu.adapters.memory.storage import MemoryStorage
 from retsu.domain.errors import DatabaseUnavailable
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.console_cookies import forge_cookie, read_cookie
-from tests.unit.http.conftest import STORAGE_PORTS
+from tests.support.containers import STORAGE_PORTS
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -582,3 +582,52 @@ async def test_an_expired_or_tampered_cookie_is_refused(auth_client: Client) -> 
 
 def _session_payload(cookie: str) -> dict[str, Any]:
     return read_cookie(SERVER_SECRET, cookie)
+
+
+class CountingStorage(MemoryStorage):
+    """The memory twin, counting every storage read the console's pages make."""
+
+    READS = (
+        "list_queues",
+        "get_queue",
+        "read_state",
+        "read_states",
+        "read_history",
+        "read_histories",
+        "list_consumers",
+        "count_consumers",
+    )
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.reads: list[str] = []
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in CountingStorage.READS:
+            object.__getattribute__(self, "reads").append(name)
+        return object.__getattribute__(self, name)
+
+
+@pytest.mark.parametrize("queues", [1, 30])
+async def test_the_overview_reads_storage_a_bounded_number_of_times_per_refresh(
+    container: ApiContainer, clock: ManualClock, queues: int
+) -> None:
+    storage = CountingStorage(clock)
+    for port in STORAGE_PORTS:
+        getattr(container.storage, port).override(providers.Object(storage))
+    async with AsyncTestClient(app=container.app()) as client:
+        for index in range(queues):
+            created = await client.post("/v1/queues", json={"name": f"q-{index:03}"})
+            assert created.status_code == 201
+        storage.reads.clear()
+        response = await client.get("/console/fragments/overview")
+        assert response.status_code == 200
+        assert response.text.count('href="/console/queues/') >= queues
+    # One page of queues, their states, their healthy consumers, their histories: four
+    # reads whatever the page holds (it was 2 + 2 per queue, every 5 s per open tab).
+    assert sorted(storage.reads) == [
+        "count_consumers",
+        "list_queues",
+        "read_histories",
+        "read_states",
+    ]

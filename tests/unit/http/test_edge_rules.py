@@ -19,7 +19,7 @@ from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.domain.errors import DatabaseUnavailable
 from retsu.entrypoints.containers import ApiContainer
-from tests.unit.http.conftest import STORAGE_PORTS
+from tests.support.containers import STORAGE_PORTS
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem, raw_request
 
 JSON = [(b"content-type", b"application/json")]

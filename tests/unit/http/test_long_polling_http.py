@@ -18,13 +18,9 @@ import pytest
 from dependency_injector import providers
 from litestar import Litestar
 
-from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.memory.clock import ManualClock
-from retsu.adapters.telemetry.metrics import Metrics
-from retsu.application.dequeue import Dequeue
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.doubles.signals import FakeMessageSignals
-from tests.support.doubles.storage import AnnouncingMemoryRepository
 from tests.unit.http.helpers import NewQueue
 
 Client = httpx.AsyncClient
@@ -46,22 +42,9 @@ def signals(clock: ManualClock) -> FakeMessageSignals:
 
 
 @pytest.fixture
-def repository(clock: ManualClock, signals: FakeMessageSignals) -> Any:
-    return AnnouncingMemoryRepository(clock, signals)
-
-
-@pytest.fixture
-def app(
-    container: ApiContainer, repository: Any, metrics: Metrics, signals: FakeMessageSignals
-) -> Litestar:
-    dequeue = Dequeue(
-        repository,
-        DetailsQueueNames(RepositoryQueueDetails(repository)),
-        metrics,
-        signals=signals,
-        monotonic=signals.monotonic,
-    )
-    container.use_cases.dequeue.override(providers.Object(dequeue))
+def app(container: ApiContainer, signals: FakeMessageSignals) -> Litestar:
+    # Long polls wait in virtual time: their deadline is the fake clock's.
+    container.core.monotonic.override(providers.Object(signals.monotonic))
     return container.app()
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from typing import Any
 
 import pytest
 from dependency_injector import providers
 from litestar.testing import AsyncTestClient
 
 from retsu.adapters.memory.clock import ManualClock
+from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
-from retsu.application.dequeue import Dequeue, DequeueCommand
-from retsu.domain.message import DeliveredMessage
 from retsu.entrypoints.containers import ApiContainer
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue, assert_problem
 
@@ -74,19 +74,16 @@ async def test_every_kind_of_response_carries_a_request_id(
 # -- unexpected failures -------------------------------------------------------------------
 
 
-class ExplodingDequeue(Dequeue):
-    def __init__(self) -> None:
-        pass
-
-    async def __call__(self, cmd: DequeueCommand) -> list[DeliveredMessage]:
+class ExplodingStorage(MemoryStorage):
+    async def dequeue(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret-internal-detail")
 
 
 @pytest.mark.parametrize("debug", [False, True])
 async def test_unexpected_error_is_a_500_problem_without_stack_trace(
-    container: ApiContainer, caplog: pytest.LogCaptureFixture, debug: bool
+    container: ApiContainer, caplog: pytest.LogCaptureFixture, debug: bool, clock: ManualClock
 ) -> None:
-    container.use_cases.dequeue.override(providers.Object(ExplodingDequeue()))
+    container.storage.messages.override(providers.Object(ExplodingStorage(clock)))
     app = container.app(debug=debug)
     caplog.set_level(logging.ERROR, logger="retsu.adapters.http")
     async with AsyncTestClient(app=app) as client:

@@ -27,12 +27,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.storage import MemoryStorage
 from retsu.adapters.telemetry.metrics import Metrics
-from retsu.application.dequeue import Dequeue
-from tests.unit.http.conftest import api_container
+from tests.support.containers import api_container
 
 EXAMPLES_PER_OPERATION = 12
 CHECKS = [
@@ -51,19 +49,10 @@ class World:
         clock = ManualClock()
         repository = MemoryStorage(clock)
         metrics = Metrics()
-        container = api_container(clock=clock, repository=repository, metrics=metrics)
+        container = api_container(clock=clock, storage=repository, metrics=metrics)
         # Long polls end at once: each look at the clock is 100 s later than the last.
         jumps = itertools.count(step=100)
-        container.use_cases.dequeue.override(
-            providers.Object(
-                Dequeue(
-                    repository,
-                    DetailsQueueNames(RepositoryQueueDetails(repository)),
-                    metrics,
-                    monotonic=lambda: float(next(jumps)),
-                )
-            )
-        )
+        container.core.monotonic.override(providers.Object(lambda: float(next(jumps))))
         self.app: Litestar = container.app()
         with TestClient(app=self.app) as client:
             queue = client.post("/v1/queues", json={"name": "fuzz", "max_delivery_attempts": 1})

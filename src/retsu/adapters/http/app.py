@@ -1,9 +1,13 @@
 """The Litestar application of the API role.
 
-Use cases reach the handlers through Litestar's dependency injection: ``use_cases`` maps
-each ``UseCaseContainer`` provider name to its provider (a zero-argument callable), and a
-handler asks for one by naming a parameter after it (``enqueue: Enqueue``). Each is built
-once, on first use, and cached (``use_cache``), so there is no per-request construction.
+The use cases reach the handlers through Litestar's dependency injection: ``services``
+maps each service's name to its provider (a zero-argument callable; the container builds
+the map, ``entrypoints/containers.py``), and a handler asks for one by naming a parameter
+after it with its type (``messages: MessageService``). Each is built once, on first use,
+and cached (``use_cache``). A JSON route needs one service (a list route also the
+``cursors``), so Litestar resolves a hot route's single dependency inline, with no task
+group (measured: a task group per request halved single-enqueue throughput when
+handlers took two use cases each).
 """
 
 from __future__ import annotations
@@ -15,12 +19,21 @@ from typing import TYPE_CHECKING, Any
 from litestar import Litestar, Response, route
 from litestar.di import Provide
 from litestar.handlers import HTTPRouteHandler
-from litestar.routes import HTTPRoute
 from litestar.types import LifespanHook
 
-from retsu.adapters.http.auth import AuthConfig, AuthMiddleware, app_route_resolver
-from retsu.adapters.http.caller import caller_of
+from retsu.adapters.http.auth import (
+    SCOPES_OPT,
+    AuthConfig,
+    AuthMiddleware,
+    ScopeRefused,
+    app_route_resolver,
+    check_declared,
+    options_scopes,
+    refused_scope,
+    scope_guard,
+)
 from retsu.adapters.http.console import ConsoleConfig, console_handlers, console_templates
+from retsu.adapters.http.cursors import Cursors
 from retsu.adapters.http.middleware import instrument_asgi
 from retsu.adapters.http.openapi import (
     StrictStructSchemaPlugin,
@@ -73,24 +86,33 @@ def options_handlers(handlers: Iterable[HTTPRouteHandler]) -> list[HTTPRouteHand
     answer ``GET, OPTIONS`` while a 405 there lists PATCH and DELETE too).
     """
     methods: dict[str, set[str]] = defaultdict(lambda: {"OPTIONS"})
+    scopes: dict[str, list[frozenset[str] | None]] = defaultdict(list)
     for handler in handlers:
         for path in handler.paths:
             methods[path].update(handler.http_methods)
-    return [_options(path, allowed) for path, allowed in sorted(methods.items())]
+            scopes[path].append(handler.opt.get(SCOPES_OPT))
+    return [
+        _options(path, allowed, options_scopes(scopes[path]))
+        for path, allowed in sorted(methods.items())
+    ]
 
 
-def _options(path: str, allowed: set[str]) -> HTTPRouteHandler:
+def _options(path: str, allowed: set[str], scopes: frozenset[str] | None) -> HTTPRouteHandler:
     headers = {"allow": ", ".join(sorted(allowed))}
 
     def answer() -> Response[None]:
         return Response(None, status_code=204, headers=headers)
 
-    return route(path, http_method="OPTIONS", include_in_schema=False, sync_to_thread=False)(answer)
+    opt = {} if scopes is None else {SCOPES_OPT: scopes}
+    return route(
+        path, http_method="OPTIONS", include_in_schema=False, sync_to_thread=False, opt=opt
+    )(answer)
 
 
 def create_app(
-    use_cases: Mapping[str, Callable[[], object]],
+    services: Mapping[str, Callable[[], object]],
     *,
+    cursors: Cursors,
     readiness: Callable[[], Awaitable[None]],
     metrics: Metrics,
     debug: bool = False,
@@ -101,11 +123,14 @@ def create_app(
     tracer: Tracer | None = None,
     console: ConsoleConfig | None = None,
 ) -> Litestar:
-    """``use_cases``: provider name → provider; ``tracer``: the process's tracer when
+    """``services``: name → provider of each service the handlers take; ``cursors``: the
+    pagination cursors' codec; ``tracer``: the process's tracer when
     ``telemetry.traces.enabled``, else None; ``console``: the operator console's
     configuration (none: no console)."""
-    dependencies: dict[str, Provide] = {name: _provide(p) for name, p in use_cases.items()}
-    dependencies["caller"] = Provide(caller_of, sync_to_thread=False)
+    dependencies: dict[str, Provide] = {name: _provide(p) for name, p in services.items()}
+    dependencies["cursors"] = Provide(lambda: cursors, use_cache=True, sync_to_thread=False)
+    check_declared(API_ROUTES)
+    auth_enabled = auth is not None and auth.enabled
     handlers = [
         *documented(API_ROUTES, dependencies),
         *documented(
@@ -123,7 +148,9 @@ def create_app(
         request_class=JsonRequest,
         type_decoders=TYPE_DECODERS,
         before_request=check_request_rules,
-        exception_handlers=EXCEPTION_HANDLERS,
+        exception_handlers={**EXCEPTION_HANDLERS, ScopeRefused: refused_scope},
+        # Each route's declared scopes against the token's (adapters/http/auth.py).
+        guards=[scope_guard] if auth_enabled else [],
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         debug=debug,
@@ -136,27 +163,11 @@ def create_app(
     )
     # Bearer-token auth (adapters/http/auth.py) sits inside the request-id and metrics
     # layers, so a 401/403 carries x-request-id and is counted. Not installed when off.
-    if auth is not None and auth.enabled:
+    if auth is not None and auth_enabled:
         app.asgi_handler = AuthMiddleware(app.asgi_handler, auth, app_route_resolver(app))
     # Litestar's own middleware runs only once a route matched. Wrapping the app's
     # ASGI handler (routing and the app-level exception handler included) makes the
     # request id, the request's span and the HTTP metrics cover 404s, 405s and every
     # error response too.
     app.asgi_handler = instrument_asgi(app.asgi_handler, metrics, tracer)
-    _resolve_dependencies_in_sequence(app)
     return app
-
-
-def _resolve_dependencies_in_sequence(app: Litestar) -> None:
-    """Litestar resolves a handler's sibling dependencies concurrently, in an anyio task
-    group. Ours are cached singletons (a dictionary read each), so the task group was pure
-    overhead: it halved single-enqueue throughput (enqueue takes two use cases). Resolve
-    them one after the other instead, in the same dependency order."""
-    for app_route in app.routes:
-        if isinstance(app_route, HTTPRoute):
-            for _, kwargs_model in app_route.route_handler_map.values():
-                kwargs_model.dependency_batches = [
-                    {dependency}
-                    for batch in kwargs_model.dependency_batches
-                    for dependency in batch
-                ]

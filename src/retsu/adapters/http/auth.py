@@ -13,23 +13,15 @@ HTTP-metrics layers, so a ``401``/``403`` still carries ``x-request-id`` and is 
 * The presented secret is hashed (SHA-256) and compared with ``hmac.compare_digest`` to the
   digest of *every* configured token, without stopping at a match: the time taken does not
   depend on which token matched, nor on the secrets' lengths.
-* The scopes a route accepts come from a structural rule (``accepted_scopes``) over the
-  path and the method, so a route added later is covered without editing any table:
-
-  - the two queue reads ``GET /v1/queues`` and ``GET /v1/queues/{queue_id}`` (and
-    ``HEAD``) → ``messages`` or ``read`` (their ``OPTIONS``: ``messages``);
-  - under ``/v1/queues/{queue_id}/messages``: ``GET``/``HEAD`` (browsing, SPEC §3.6) →
-    ``read``; ``DELETE`` (an operator's delete) → ``admin`` only; everything else (the
-    message lifecycle, and ``OPTIONS``) → ``messages``;
-  - every other ``GET``/``HEAD`` under ``/v1`` (dead letters, consumers, history, the
-    audit log, any new read) → ``read``;
-  - everything else under ``/v1`` (queue mutations, dead-letter actions, any new route)
-    → ``admin`` only.
-
-  ``admin`` is accepted everywhere; ``read`` by every ``GET`` under ``/v1`` and nothing
-  else. A token with none of the accepted scopes gets ``403 forbidden`` — unless the
-  path/method matches no route, in which case the request goes on and answers
-  ``404``/``405`` as it would without auth.
+* Each ``/v1`` route declares the scopes it accepts (``scopes=`` in its decorator, kept in
+  the handler's ``opt``): ``CONSUMER_READ`` (the two queue reads, so a consumer can resolve
+  a name), ``CONSUMER`` (the message lifecycle), ``OPERATOR_READ`` (every other look) or
+  ``ADMIN_ONLY`` (every change an operator makes). ``admin`` is in every set; ``read`` only
+  in the looks. The app refuses to start if a ``/v1`` route declares none
+  (``check_declared``). After routing, ``scope_guard`` compares the route's set with the
+  token's scopes: none in common is ``403 forbidden`` (so a path or method that matches no
+  route still answers ``404``/``405``, as without auth). A path's ``OPTIONS`` accepts every
+  scope its routes accept except ``read`` (``options_scopes``).
 * The matched token's ``name`` is stored in the scope under ``ACTOR_SCOPE_KEY``: it is the
   audit actor ``caller_of`` returns.
 
@@ -47,10 +39,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import msgspec
-from litestar import Litestar
+from litestar import Litestar, Request, Response
+from litestar.connection import ASGIConnection
 from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
-from litestar.routes import HTTPRoute
+from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.types import ASGIApp, Method, Receive, Scope, Send
 
 from retsu.adapters.http.caller import ACTOR_SCOPE_KEY
@@ -58,21 +51,29 @@ from retsu.adapters.http.problems import PROBLEM_MEDIA_TYPE, Problem
 
 __all__ = [
     "ADMIN",
+    "ADMIN_ONLY",
+    "CONSUMER",
+    "CONSUMER_READ",
     "MESSAGES",
+    "OPERATOR_READ",
     "READ",
     "SCOPES",
+    "SCOPES_OPT",
     "SCOPES_SCOPE_KEY",
     "ApiToken",
     "AuthConfig",
     "AuthMiddleware",
     "Principal",
     "RouteResolver",
+    "ScopeRefused",
     "TokenTable",
-    "accepted_scopes",
     "app_route_resolver",
+    "check_declared",
     "guarded",
+    "options_scopes",
     "path_components",
-    "route_scopes",
+    "refused_scope",
+    "scope_guard",
 ]
 
 logger = logging.getLogger("retsu.adapters.http.auth")
@@ -85,12 +86,15 @@ SCOPES: Final = frozenset({MESSAGES, READ, ADMIN})
 # The authenticated token's scopes, for anything downstream that wants them.
 SCOPES_SCOPE_KEY: Final = "retsu.scopes"
 
+# Where a route handler keeps its accepted scopes (``scopes=`` in the route decorator).
+SCOPES_OPT: Final = "scopes"
+
 REALM: Final = "retsu"
-_LOOKS: Final = frozenset({"GET", "HEAD"})
-_ADMIN_ONLY: Final = frozenset({ADMIN})
-_CONSUMER_READ: Final = frozenset({MESSAGES, READ, ADMIN})
-_CONSUMER: Final = frozenset({MESSAGES, ADMIN})
-_OPERATOR_READ: Final = frozenset({READ, ADMIN})
+# The four sets a route may declare.
+ADMIN_ONLY: Final = frozenset({ADMIN})
+CONSUMER_READ: Final = frozenset({MESSAGES, READ, ADMIN})
+CONSUMER: Final = frozenset({MESSAGES, ADMIN})
+OPERATOR_READ: Final = frozenset({READ, ADMIN})
 
 
 # --- configuration ----------------------------------------------------------------------
@@ -130,50 +134,42 @@ def guarded(components: list[str]) -> bool:
     return bool(components) and components[0] == "v1"
 
 
-def _scopes_of(method: str, components: list[str]) -> frozenset[str] | None:
-    if not guarded(components):
+def options_scopes(declared: Iterable[frozenset[str] | None]) -> frozenset[str] | None:
+    """What a path's ``OPTIONS`` accepts: every scope its routes accept but ``read`` (which
+    is only ever for looking), or None when the path is open."""
+    accepted = [s for s in declared if s is not None]
+    if not accepted:
         return None
-    if len(components) >= 2 and components[1] == "queues":
-        depth = len(components)
-        # /v1/queues and /v1/queues/{queue_id}: reads for consumers (so they can resolve a
-        # name) and for read-only operators; the rest is admin.
-        if depth <= 3:
-            if method in _LOOKS:
-                return _CONSUMER_READ
-            return _CONSUMER if method == "OPTIONS" else _ADMIN_ONLY
-        # /v1/queues/{queue_id}/messages…: browsing is a look, deleting an operator's
-        # action, everything else the message lifecycle.
-        if components[3] == "messages":
-            if method in _LOOKS:
-                return _OPERATOR_READ
-            return _ADMIN_ONLY if method == "DELETE" else _CONSUMER
-    # Any other look: dead letters, consumers, history, the audit log, reads added later.
-    if method in _LOOKS:
-        return _OPERATOR_READ
-    # Queue mutations, dead-letter actions and any route added later.
-    return _ADMIN_ONLY
+    return frozenset().union(*accepted) - {READ} | {ADMIN}
 
 
-def accepted_scopes(method: str, path: str) -> frozenset[str] | None:
-    """The scopes any one of which lets a request through: ``None`` (open), else a set
-    that always holds ``admin``.
-
-    Works on a concrete path (``/v1/queues/0189…/messages``) and on a route template
-    (``/v1/queues/{queue_id:str}/messages``) alike: a path parameter is one segment either
-    way, so a request is classified like the route that serves it.
-    """
-    return _scopes_of(method.upper(), path_components(path))
+def check_declared(handlers: Iterable[HTTPRouteHandler]) -> None:
+    """Every ``/v1`` route must say which scopes it accepts: a route that forgot would be
+    open to every token (or to none), so the app refuses to start instead."""
+    for handler in handlers:
+        for path in handler.paths:
+            if guarded(path_components(path)) and SCOPES_OPT not in handler.opt:
+                raise RuntimeError(f"route {path} declares no scopes (scopes=...)")
 
 
-def route_scopes(app: Litestar) -> dict[tuple[str, str], frozenset[str] | None]:
-    """The route→scopes table of an app: ``(method, path template) → accepted scopes`` for
-    every registered HTTP route (the ``OPTIONS`` answers included)."""
-    table: dict[tuple[str, str], frozenset[str] | None] = {}
-    for route in app.routes:
-        if isinstance(route, HTTPRoute):
-            for method in sorted(route.methods):
-                table[(method, route.path)] = accepted_scopes(method, route.path)
-    return table
+class ScopeRefused(Exception):
+    """The token has none of the scopes the matched route accepts (answered 403)."""
+
+    def __init__(self, accepted: frozenset[str]) -> None:
+        super().__init__("insufficient scope")
+        self.accepted = accepted
+
+
+def scope_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    """Litestar guard of every route: the token's scopes against the route's declared ones.
+    Installed only when auth is enabled (the middleware put the token's scopes in the
+    scope); open routes declare none and pass."""
+    accepted: frozenset[str] | None = handler.opt.get(SCOPES_OPT)
+    if accepted is None:
+        return
+    held: frozenset[str] = connection.scope.get(SCOPES_SCOPE_KEY, frozenset())  # type: ignore[assignment]
+    if accepted.isdisjoint(held):
+        raise ScopeRefused(accepted)
 
 
 # --- route resolution (only when a request is refused) ----------------------------------
@@ -249,7 +245,7 @@ UNKNOWN: Final = _refusal(
 )
 
 
-def _forbidden(accepted: frozenset[str]) -> _Refusal:
+def forbidden(accepted: frozenset[str]) -> _Refusal:
     names = sorted(accepted)
     return _refusal(
         403,
@@ -259,11 +255,22 @@ def _forbidden(accepted: frozenset[str]) -> _Refusal:
     )
 
 
-# One answer per set of accepted scopes (the rule above has four).
-FORBIDDEN: Final = {
-    accepted: _forbidden(accepted)
-    for accepted in (_ADMIN_ONLY, _CONSUMER_READ, _CONSUMER, _OPERATOR_READ)
-}
+def refusal_response(refusal: _Refusal) -> Response[bytes]:
+    """A refusal as a Litestar response (the guard's 403 goes through the app's exception
+    handlers; the middleware sends its 401 itself)."""
+    headers = {name.decode("ascii"): value.decode("ascii") for name, value in refusal.headers}
+    headers.pop("content-length")
+    return Response(
+        refusal.body,
+        status_code=refusal.status,
+        headers=headers,
+        media_type=PROBLEM_MEDIA_TYPE,
+    )
+
+
+def refused_scope(request: Request[Any, Any, Any], error: ScopeRefused) -> Response[bytes]:
+    """The exception handler of ``ScopeRefused``: ``403 forbidden`` naming the scopes."""
+    return refusal_response(forbidden(error.accepted))
 
 
 # --- the middleware ---------------------------------------------------------------------
@@ -347,15 +354,8 @@ class AuthMiddleware:
             await self._refuse(scope, send, outcome, components, method)
             return
         name, scopes = outcome
-        accepted = _scopes_of(method, components)
-        # An authenticated caller still gets 404/405 for no route, as without auth.
-        if (
-            accepted is not None
-            and accepted.isdisjoint(scopes)
-            and self._template(method, components) is not None
-        ):
-            await self._refuse(scope, send, FORBIDDEN[accepted], components, method)
-            return
+        # Which scopes the route accepts is the route's own declaration, checked after
+        # routing by ``scope_guard``.
         state = cast("MutableMapping[str, Any]", scope)
         state[ACTOR_SCOPE_KEY] = name
         state[SCOPES_SCOPE_KEY] = scopes

@@ -11,7 +11,7 @@ returned Struct. What the contract adds is attached here, once per handler, by
   A route lists its own codes in ``errors=`` (a code, a domain error class or a domain
   ``IntRange``); the structural ones are added from its shape: ``invalid_path`` for a path
   id, each query/header parameter's code, ``invalid_json``/``413``/``415`` with a body,
-  ``401``/``403`` from the auth rule (``auth.accepted_scopes``), ``queue_not_found`` under
+  ``401``/``403`` from the auth rule (the scopes each route declares), ``queue_not_found`` under
   ``/v1/queues/{queue_id}``, ``503 database_unavailable`` under ``/v1``, ``500`` always;
 * **more successes**: ``replies={status: (Struct | None, description)}``;
 * **headers**: ``x-request-id`` on every response, ``www-authenticate`` on 401,
@@ -56,7 +56,7 @@ from litestar.plugins import OpenAPISchemaPlugin
 from litestar.typing import FieldDefinition
 
 from retsu import __version__
-from retsu.adapters.http.auth import ADMIN, MESSAGES, READ, REALM, SCOPES, accepted_scopes
+from retsu.adapters.http.auth import ADMIN, MESSAGES, READ, REALM, SCOPES, SCOPES_OPT
 from retsu.adapters.http.problems import MAX_BODY_BYTES, PROBLEM_MEDIA_TYPE, Problem, status_of
 from retsu.adapters.http.request_rules import declared_parameters, parameter_code
 from retsu.domain.errors import RetsuError
@@ -138,7 +138,7 @@ def error_codes(handler: HTTPRouteHandler, dependencies: set[str]) -> dict[int, 
         add(400, "invalid_json")
     for spec in handler.opt.get("errors", ()):
         add(*_status_and_code(spec))
-    scopes = {accepted_scopes(method, path) for method in handler.http_methods}
+    scopes = {handler.opt.get(SCOPES_OPT)}
     if scopes - {None}:
         add(401, "unauthorized")
         # A token whose scopes the route does not accept (every token, unless the route
@@ -264,7 +264,7 @@ def document(handler: HTTPRouteHandler, dependencies: set[str]) -> HTTPRouteHand
         responses[status] = _problem_spec(status, codes)
     handler.responses = responses
     [path, *_] = _paths(handler)
-    scopes = {accepted_scopes(method, path) for method in handler.http_methods}
+    scopes = {handler.opt.get(SCOPES_OPT)}
     handler.security = [] if scopes == {None} else [{"bearer": []}]
     lines = "; ".join(f"{s}: {', '.join(f'`{c}`' for c in codes)}" for s, codes in errors.items())
     handler.description = "\n\n".join(

@@ -22,7 +22,7 @@ from retsu.adapters.http.request_rules import RequestProblem
 from retsu.domain.audit import AuditAction
 from retsu.domain.browsing import BrowseState
 from retsu.domain.consumer import ConsumerHealth, parse_consumer_name
-from retsu.domain.cursor import DEFAULT_LIST_LIMIT, LIST_LIMIT
+from retsu.domain.pagination import DEFAULT_LIST_LIMIT, LIST_LIMIT
 
 __all__ = [
     "CONSUMER",

@@ -8,7 +8,7 @@ from retsu.adapters.memory.tables import (
     MemoryTables,
 )
 from retsu.domain.audit import AuditAction, AuditRecord
-from retsu.domain.cursor import AuditPosition
+from retsu.domain.pagination import AuditPosition
 
 
 class AuditLogPart(MemoryTables):

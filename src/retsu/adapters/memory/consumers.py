@@ -53,6 +53,13 @@ class ConsumersPart(MemoryTables):
         )
         return chosen[:limit]
 
+    async def count_consumers(self, *, seen: SeenBetween) -> dict[UUID, int]:
+        counts: dict[UUID, int] = {}
+        for consumer in self._consumers.values():
+            if seen.holds(consumer.last_seen_at):
+                counts[consumer.queue_id] = counts.get(consumer.queue_id, 0) + 1
+        return counts
+
     async def delete_consumers_not_seen_for(self, age_seconds: int, batch_size: int) -> int:
         horizon = self._clock.now() - timedelta(seconds=age_seconds)
         doomed = sorted(

@@ -14,10 +14,10 @@ from retsu.adapters.memory.tables import (
     StoredMessage,
 )
 from retsu.domain.audit import AuditEntry
-from retsu.domain.cursor import DeadLetterPosition
 from retsu.domain.message import (
     DeadLetter,
 )
+from retsu.domain.pagination import DeadLetterPosition
 from retsu.domain.queue import Queue
 
 

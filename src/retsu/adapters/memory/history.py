@@ -50,6 +50,18 @@ class HistoryPart(MemoryTables):
     async def read_history(
         self, queue_id: UUID, *, since: datetime, bucket_seconds: int
     ) -> list[HistoryPoint]:
+        return self._history_of(queue_id, since, bucket_seconds)
+
+    async def read_histories(
+        self, queue_ids: Sequence[UUID], *, since: datetime, bucket_seconds: int
+    ) -> dict[UUID, list[HistoryPoint]]:
+        return {
+            queue_id: self._history_of(queue_id, since, bucket_seconds) for queue_id in queue_ids
+        }
+
+    def _history_of(
+        self, queue_id: UUID, since: datetime, bucket_seconds: int
+    ) -> list[HistoryPoint]:
         points = [s.point for s in self._history.get(queue_id, []) if s.point.at >= since]
         return downsample(points, bucket_seconds)
 

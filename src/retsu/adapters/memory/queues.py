@@ -9,10 +9,10 @@ from retsu.adapters.memory.tables import (
     MemoryTables,
 )
 from retsu.domain.audit import AuditEntry
-from retsu.domain.cursor import QueuePosition
 from retsu.domain.errors import (
     QueueAlreadyExists,
 )
+from retsu.domain.pagination import QueuePosition
 from retsu.domain.queue import Queue, QueueSettingsUpdate
 
 

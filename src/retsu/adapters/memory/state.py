@@ -3,6 +3,7 @@ twin of ``retsu_queue_state`` (migration 0005) and ``adapters/postgres/state.py`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 from retsu.adapters.memory.tables import (
@@ -13,18 +14,30 @@ from retsu.adapters.memory.tables import (
 from retsu.domain.message import (
     Priority,
 )
+from retsu.domain.queue import Queue
 from retsu.domain.state import PriorityState
+
+
+def _by_name(queue: Queue) -> bytes:
+    return queue.name.encode()  # byte order, as PostgreSQL's COLLATE "C"
 
 
 class StatePart(MemoryTables):
     """Implements QueueStateReader over the tables."""
 
     async def read_state(self, queue_id: UUID | None = None) -> list[PriorityState]:
+        """One queue's state; every queue's (by name) when ``queue_id`` is None (the
+        leader's read)."""
+        if queue_id is not None:
+            return self._states([queue_id])
+        return self._states([q.id for q in sorted(self._queues.values(), key=_by_name)])
+
+    async def read_states(self, queue_ids: Sequence[UUID]) -> list[PriorityState]:
+        return self._states(queue_ids)
+
+    def _states(self, queue_ids: Sequence[UUID]) -> list[PriorityState]:
         now = self._clock.now()
-        queues = sorted(
-            (q for q in self._queues.values() if queue_id is None or q.id == queue_id),
-            key=lambda q: q.name.encode(),
-        )
+        queues = [self._queues[i] for i in queue_ids if i in self._queues]
         states = []
         for queue in queues:
             messages = list(self._messages[queue.id].values())

@@ -23,9 +23,9 @@ from retsu.adapters.ids import uuid7
 from retsu.application.ports import Clock
 from retsu.domain.audit import AuditEntry, AuditRecord
 from retsu.domain.consumer import ConsumerRecord
-from retsu.domain.cursor import DeadLetterPosition
 from retsu.domain.history import HistoryPoint, Throughput
 from retsu.domain.message import DeadLetter, Priority
+from retsu.domain.pagination import DeadLetterPosition
 from retsu.domain.queue import Queue
 
 

@@ -15,7 +15,7 @@ from retsu.adapters.ids import uuid7
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.tables import audit_log
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
-from retsu.domain.cursor import AuditPosition
+from retsu.domain.pagination import AuditPosition
 
 
 def audit_insert(entry: AuditEntry) -> sa.Insert:
@@ -90,4 +90,4 @@ class PostgresAuditLog:
                 for row in await connection.execute(statement)
             ]
 
-        return await self._database.read(read)
+        return await self._database.read(read, operation="list_audit_records")

@@ -131,7 +131,7 @@ class PostgresMessageBrowser:
         async def read(connection: AsyncConnection) -> list[Any]:
             return list((await connection.execute(_BROWSE, parameters)).all())
 
-        rows = await self._database.read(read)
+        rows = await self._database.read(read, operation="list_messages")
         last = rows[-1]
         if not last.queue_found:
             raise QueueNotFound(queue_id)
@@ -152,7 +152,7 @@ class PostgresMessageBrowser:
         async def read(connection: AsyncConnection) -> Any:
             return (await connection.execute(_SHOW, parameters)).one_or_none()
 
-        row = await self._database.read(read)
+        row = await self._database.read(read, operation="get_message")
         if row is None:
             raise QueueNotFound(queue_id)
         return None if row.id is None or row.state is None else _message(row)
@@ -175,4 +175,6 @@ class PostgresMessageBrowser:
             await connection.execute(audit_insert(audit))
             return True
 
-        return await self._database.yielding(delete, attempts=OPERATOR_ATTEMPTS)
+        return await self._database.yielding(
+            delete, operation="delete_message", attempts=OPERATOR_ATTEMPTS
+        )

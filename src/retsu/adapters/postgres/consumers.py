@@ -61,6 +61,14 @@ _LIST = """
     ORDER BY c.last_seen_at DESC, c.queue_id, c.name
     LIMIT :limit
 """
+# Consumers per queue within a health's bounds (the console's overview): through
+# queue_consumer_seen_idx for the healthy ones, the few seen in the last 30 s.
+_COUNT = """
+    SELECT c.queue_id, count(*) AS consumers
+    FROM queue_consumer AS c
+    WHERE true {filters}
+    GROUP BY c.queue_id
+"""
 _QUEUE = "AND c.queue_id = :queue_id"
 _SINCE = "AND c.last_seen_at >= :since"
 _BEFORE = "AND c.last_seen_at < :before"
@@ -107,7 +115,7 @@ class PostgresConsumers:
 
         # Not repeatable (deliveries are added): a write whose commit may have happened
         # is reported unavailable, and the tracker keeps its counts for the next flush.
-        await self._database.transaction(write)
+        await self._database.transaction(write, operation="record_consumers")
 
     async def list_consumers(
         self,
@@ -149,7 +157,24 @@ class PostgresConsumers:
                 for row in rows
             ]
 
-        return await self._database.read(read)
+        return await self._database.read(read, operation="list_consumers")
+
+    async def count_consumers(self, *, seen: SeenBetween) -> dict[UUID, int]:
+        filters: list[str] = []
+        parameters: dict[str, Any] = {}
+        if seen.since is not None:
+            filters.append(_SINCE)
+            parameters["since"] = seen.since
+        if seen.before is not None:
+            filters.append(_BEFORE)
+            parameters["before"] = seen.before
+        statement = sa.text(_COUNT.format(filters=" ".join(filters)))
+
+        async def read(connection: AsyncConnection) -> dict[UUID, int]:
+            rows = (await connection.execute(statement, parameters)).all()
+            return {row.queue_id: int(row.consumers) for row in rows}
+
+        return await self._database.read(read, operation="count_consumers")
 
     async def delete_consumers_not_seen_for(self, age_seconds: int, batch_size: int) -> int:
         async def batch(connection: AsyncConnection) -> int:
@@ -158,4 +183,6 @@ class PostgresConsumers:
             )
             return int(result.rowcount)
 
-        return await self._database.yielding(batch, attempts=_ATTEMPTS, repeatable=True)
+        return await self._database.yielding(
+            batch, operation="delete_consumers_not_seen_for", attempts=_ATTEMPTS, repeatable=True
+        )

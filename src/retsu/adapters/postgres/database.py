@@ -1,6 +1,6 @@
 """One process's pool, and the only way the PostgreSQL adapter's modules run statements.
 
-Every statement of every port goes through ``Database``, which keeps three promises:
+Every statement of every port goes through ``Database``, which keeps four promises:
 
 1. **A connection the server dropped is never used.** At checkout the pool discards a
    connection asyncpg already knows is closed (``engine.py``: a local flag, no round
@@ -16,6 +16,10 @@ Every statement of every port goes through ``Database``, which keeps three promi
    session that fails again, no free pooled connection within
    ``database.acquire_timeout_seconds``: ``DatabaseUnavailable`` (the HTTP layer answers
    503 database_unavailable with Retry-After; workers retry at their next interval).
+4. **Every operation is measured once, here.** Each run is named where its statement is
+   defined (``HotStatement(..., operation="dequeue")``, ``read(work, operation=...)``) and
+   timed (and traced) by the ``OperationTelemetry`` the container hands in
+   (``adapters/telemetry/operations.py``): no port is wrapped by a decorator.
 
 Hot statements (enqueue, dequeue, acknowledge, visibility) run on the pooled asyncpg
 driver connection directly: one round trip, their own implicit transaction, asyncpg's
@@ -31,7 +35,8 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import asyncpg
 import sqlalchemy as sa
@@ -88,11 +93,24 @@ _GIVE_WAY_DELAY_SECONDS = 0.05
 _ASYNCPG_DIALECT = postgresql_asyncpg.dialect()  # type: ignore[no-untyped-call]
 
 
+class OperationTelemetry(Protocol):
+    """Times (and traces) one named database operation: a context manager around it."""
+
+    def operation(self, name: str) -> AbstractContextManager[object]: ...
+
+
+class _NoTelemetry:
+    def operation(self, name: str) -> AbstractContextManager[object]:
+        return nullcontext()
+
+
 class HotStatement:
     """A ``text()`` statement compiled once for asyncpg: ``$n`` SQL and the order in
-    which its named parameters become positional arguments."""
+    which its named parameters become positional arguments; ``operation`` names it in
+    the telemetry."""
 
-    def __init__(self, statement: sa.TextClause) -> None:
+    def __init__(self, statement: sa.TextClause, *, operation: str) -> None:
+        self.operation = operation
         compiled = statement.compile(dialect=_ASYNCPG_DIALECT)
         self.sql = compiled.string
         self._order = tuple(compiled.positiontup or ())
@@ -132,10 +150,22 @@ class Database:
     itself first. The hot statements need nothing: their functions pin their own.
     """
 
-    def __init__(self, engine: AsyncEngine, *, pin_transactions: bool = False) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        pin_transactions: bool = False,
+        telemetry: OperationTelemetry | None = None,
+    ) -> None:
         self.engine = engine
+        self._telemetry: OperationTelemetry = telemetry or _NoTelemetry()
         self._preamble = _PINS if pin_transactions else None
         self._give_way_preamble = _LOCK_TIMEOUT_AND_PINS if pin_transactions else _LOCK_TIMEOUT
+
+    def measured(self, operation: str) -> AbstractContextManager[object]:
+        """Telemetry around ``operation`` for work that runs on a connection its caller
+        holds (the collector's lock session)."""
+        return self._telemetry.operation(operation)
 
     async def connect(self) -> AsyncConnection:
         """A pooled connection the caller keeps and closes (or invalidates) itself: the
@@ -159,6 +189,12 @@ class Database:
         visibility change: the same end state). An enqueue is not: if its connection
         breaks while it may be running, the caller gets DatabaseUnavailable.
         """
+        with self._telemetry.operation(statement.operation):
+            return await self._hot(statement, parameters, repeatable=repeatable)
+
+    async def _hot(
+        self, statement: HotStatement, parameters: Mapping[str, Any], *, repeatable: bool
+    ) -> list[asyncpg.Record]:
         arguments = statement.arguments(parameters)
         conflicts = 0
         reconnected = False
@@ -202,12 +238,19 @@ class Database:
 
     # -- everything else: SQLAlchemy, read-only or one explicit transaction -----------
 
-    async def read(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def read(self, work: Callable[[AsyncConnection], Awaitable[T]], *, operation: str) -> T:
         """Run read-only ``work``; on a broken connection, once more on a fresh one."""
-        return await self._retrying(work, commit=False, repeatable=True, preamble=self._preamble)
+        with self._telemetry.operation(operation):
+            return await self._retrying(
+                work, commit=False, repeatable=True, preamble=self._preamble
+            )
 
     async def transaction(
-        self, work: Callable[[AsyncConnection], Awaitable[T]], *, repeatable: bool = False
+        self,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        operation: str,
+        repeatable: bool = False,
     ) -> T:
         """Run ``work`` in one transaction (BEGIN … COMMIT).
 
@@ -215,9 +258,10 @@ class Database:
         committing when ``repeatable`` (running it again stores nothing twice), it runs
         once more on a fresh connection; else DatabaseUnavailable.
         """
-        return await self._retrying(
-            work, commit=True, repeatable=repeatable, preamble=self._preamble
-        )
+        with self._telemetry.operation(operation):
+            return await self._retrying(
+                work, commit=True, repeatable=repeatable, preamble=self._preamble
+            )
 
     async def _retrying(
         self,
@@ -273,6 +317,7 @@ class Database:
         self,
         work: Callable[[AsyncConnection], Awaitable[T]],
         *,
+        operation: str,
         attempts: int,
         repeatable: bool = False,
     ) -> T:
@@ -299,7 +344,8 @@ class Database:
             reraise=True,
         )
         try:
-            return await retrying(giving_way)
+            with self._telemetry.operation(operation):
+                return await retrying(giving_way)
         except DBAPIError as error:
             if _gave_way(error):
                 raise Busy() from error

@@ -23,8 +23,8 @@ from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.queues import OPERATOR_ATTEMPTS
 from retsu.adapters.postgres.tables import MessageState, queue_dead_letter_message
 from retsu.domain.audit import AuditEntry
-from retsu.domain.cursor import DeadLetterPosition
 from retsu.domain.message import DeadLetter, Priority
+from retsu.domain.pagination import DeadLetterPosition
 
 READY = int(MessageState.READY)
 
@@ -183,7 +183,7 @@ class PostgresDeadLetters:
                 for row in await connection.execute(statement)
             ]
 
-        return await self._database.read(read)
+        return await self._database.read(read, operation="list_dead_letters")
 
     async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None:
         t = queue_dead_letter_message
@@ -194,7 +194,7 @@ class PostgresDeadLetters:
         async def read(connection: AsyncConnection) -> Any:
             return (await connection.execute(statement)).one_or_none()
 
-        row = await self._database.read(read)
+        row = await self._database.read(read, operation="get_dead_letter")
         return None if row is None else _dead_letter_from_row(row)
 
     async def redrive_dead_letter(
@@ -208,7 +208,9 @@ class PostgresDeadLetters:
             await connection.execute(audit_insert(audit))
             return True
 
-        return await self._database.yielding(redrive, attempts=OPERATOR_ATTEMPTS)
+        return await self._database.yielding(
+            redrive, operation="redrive_dead_letter", attempts=OPERATOR_ATTEMPTS
+        )
 
     async def redrive_dead_letters(
         self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
@@ -224,7 +226,9 @@ class PostgresDeadLetters:
             )
             return len(stored)
 
-        return await self._database.yielding(redrive, attempts=OPERATOR_ATTEMPTS)
+        return await self._database.yielding(
+            redrive, operation="redrive_dead_letters", attempts=OPERATOR_ATTEMPTS
+        )
 
     async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
         parameters = {"queue_id": queue_id, "message_id": message_id}
@@ -235,4 +239,6 @@ class PostgresDeadLetters:
             await connection.execute(audit_insert(audit))
             return True
 
-        return await self._database.yielding(delete, attempts=OPERATOR_ATTEMPTS)
+        return await self._database.yielding(
+            delete, operation="delete_dead_letter", attempts=OPERATOR_ATTEMPTS
+        )

@@ -87,10 +87,11 @@ _SNAPSHOT = sa.text(
 )
 
 # Epoch-aligned buckets of :width seconds (domain.history.downsample): counts summed, the
-# depth and time of each bucket's latest snapshot. Walks the primary key (queue_id, at).
+# depth and time of each bucket's latest snapshot, per queue. Walks the primary key
+# (queue_id, at) once per queue asked for.
 _READ = sa.text(
     """
-    SELECT max(h.at) AS at,
+    SELECT h.queue_id, max(h.at) AS at,
            (array_agg(h.ready ORDER BY h.at DESC))[1] AS ready,
            (array_agg(h.in_flight ORDER BY h.at DESC))[1] AS in_flight,
            (array_agg(h.delayed ORDER BY h.at DESC))[1] AS delayed,
@@ -99,9 +100,9 @@ _READ = sa.text(
            sum(h.acknowledged) AS acknowledged, sum(h.dead_lettered) AS dead_lettered,
            sum(h.expired) AS expired
     FROM queue_history AS h
-    WHERE h.queue_id = :queue_id AND h.at >= :since
-    GROUP BY floor(extract(epoch FROM h.at) / :width)
-    ORDER BY 1
+    WHERE h.queue_id = ANY (CAST(:queue_ids AS uuid[])) AND h.at >= :since
+    GROUP BY h.queue_id, floor(extract(epoch FROM h.at) / :width)
+    ORDER BY 1, 2
     """
 )
 
@@ -154,23 +155,37 @@ class PostgresHistory:
     async def read_history(
         self, queue_id: UUID, *, since: datetime, bucket_seconds: int
     ) -> list[HistoryPoint]:
-        parameters = {"queue_id": queue_id, "since": since, "width": float(bucket_seconds)}
+        histories = await self._read([queue_id], since, bucket_seconds, "read_history")
+        return histories[queue_id]
 
-        async def read(connection: AsyncConnection) -> list[HistoryPoint]:
-            rows = (await connection.execute(_READ, parameters)).all()
-            return [
-                HistoryPoint(
-                    at=row.at,
-                    ready=int(row.ready),
-                    in_flight=int(row.in_flight),
-                    delayed=int(row.delayed),
-                    dead_letters=int(row.dead_letters),
-                    counts=Throughput(*(int(getattr(row, name)) for name in _COUNTS)),
+    async def read_histories(
+        self, queue_ids: Sequence[UUID], *, since: datetime, bucket_seconds: int
+    ) -> dict[UUID, list[HistoryPoint]]:
+        return await self._read(queue_ids, since, bucket_seconds, "read_histories")
+
+    async def _read(
+        self, queue_ids: Sequence[UUID], since: datetime, bucket_seconds: int, operation: str
+    ) -> dict[UUID, list[HistoryPoint]]:
+        histories: dict[UUID, list[HistoryPoint]] = {queue_id: [] for queue_id in queue_ids}
+        if not queue_ids:
+            return histories
+        parameters = {"queue_ids": list(queue_ids), "since": since, "width": float(bucket_seconds)}
+
+        async def read(connection: AsyncConnection) -> dict[UUID, list[HistoryPoint]]:
+            for row in (await connection.execute(_READ, parameters)).all():
+                histories[row.queue_id].append(
+                    HistoryPoint(
+                        at=row.at,
+                        ready=int(row.ready),
+                        in_flight=int(row.in_flight),
+                        delayed=int(row.delayed),
+                        dead_letters=int(row.dead_letters),
+                        counts=Throughput(*(int(getattr(row, name)) for name in _COUNTS)),
+                    )
                 )
-                for row in rows
-            ]
+            return histories
 
-        return await self._database.read(read)
+        return await self._database.read(read, operation=operation)
 
     async def delete_history_older_than(self, age_seconds: int, batch_size: int) -> int:
         async def batch(connection: AsyncConnection) -> int:
@@ -179,4 +194,6 @@ class PostgresHistory:
             )
             return int(result.rowcount)
 
-        return await self._database.yielding(batch, attempts=_ATTEMPTS, repeatable=True)
+        return await self._database.yielding(
+            batch, operation="delete_history_older_than", attempts=_ATTEMPTS, repeatable=True
+        )

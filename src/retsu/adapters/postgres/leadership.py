@@ -61,16 +61,18 @@ async def _discard(connection: AsyncConnection) -> None:
 
 
 class AdvisoryLockSession:
-    def __init__(self, connection: AsyncConnection) -> None:
+    def __init__(self, connection: AsyncConnection, database: Database) -> None:
         self._connection = connection
+        self._database = database
 
     async def read_state(self) -> list[PriorityState]:
         # One statement in its own short transaction: one consistent snapshot, and
         # no transaction left open between refreshes. On failure the session is
         # released (invalidated), so there is nothing to roll back here.
         try:
-            state = await read_all_queues(self._connection)
-            await self._connection.commit()
+            with self._database.measured("read_state"):
+                state = await read_all_queues(self._connection)
+                await self._connection.commit()
         except Exception as error:
             if broken_connection(error) is not None:
                 raise LeadershipLost(f"the leader's database session broke: {error}") from error
@@ -81,15 +83,17 @@ class AdvisoryLockSession:
         # SPEC §3.8: one snapshot per queue, one statement, committed at once. Only the
         # leader writes (this session holds the lock), so snapshots never interleave.
         try:
-            await insert_snapshot(self._connection, state)
-            await self._connection.commit()
+            with self._database.measured("record_history"):
+                await insert_snapshot(self._connection, state)
+                await self._connection.commit()
         except Exception as error:
             if broken_connection(error) is not None:
                 raise LeadershipLost(f"the leader's database session broke: {error}") from error
             raise
 
     async def release(self) -> None:
-        await _discard(self._connection)
+        with self._database.measured("release_leadership"):
+            await _discard(self._connection)
 
 
 class AdvisoryLockLeadership:
@@ -97,10 +101,11 @@ class AdvisoryLockLeadership:
         self._database = database
 
     async def try_acquire(self) -> AdvisoryLockSession | None:
-        try:
-            return await self._try_acquire()
-        except _SessionBroke:
-            return await self._try_acquire(last_try=True)
+        with self._database.measured("acquire_leadership"):
+            try:
+                return await self._try_acquire()
+            except _SessionBroke:
+                return await self._try_acquire(last_try=True)
 
     async def _try_acquire(self, *, last_try: bool = False) -> AdvisoryLockSession | None:
         connection = await self._database.connect()
@@ -116,7 +121,7 @@ class AdvisoryLockLeadership:
         if not acquired:
             await connection.close()  # back to the pool: it holds no lock
             return None
-        session = AdvisoryLockSession(connection)
+        session = AdvisoryLockSession(connection, self._database)
         try:
             for statement in _KEEPALIVES:
                 await connection.execute(statement)

@@ -120,7 +120,12 @@ class PostgresMaintenance:
         self._database = database
 
     async def _run(
-        self, statement: sa.TextClause, parameters: dict[str, Any], *, rows: bool = True
+        self,
+        statement: sa.TextClause,
+        parameters: dict[str, Any],
+        *,
+        operation: str,
+        rows: bool = True,
     ) -> Sequence[Any] | int:
         """One batch in its own transaction: the rows it returns (or its row count)."""
 
@@ -128,10 +133,14 @@ class PostgresMaintenance:
             result = await connection.execute(statement, parameters)
             return result.all() if rows else int(result.rowcount)
 
-        return await self._database.yielding(batch, attempts=_ATTEMPTS, repeatable=True)
+        return await self._database.yielding(
+            batch, operation=operation, attempts=_ATTEMPTS, repeatable=True
+        )
 
     async def delete_expired_messages(self, batch_size: int) -> list[ExpiredMessages]:
-        rows = await self._run(_DELETE_EXPIRED, {"batch_size": batch_size})
+        rows = await self._run(
+            _DELETE_EXPIRED, {"batch_size": batch_size}, operation="delete_expired_messages"
+        )
         assert not isinstance(rows, int)
         return [
             ExpiredMessages(
@@ -150,6 +159,7 @@ class PostgresMaintenance:
         rows = await self._run(
             _DELETE_OLD_DEAD_LETTERS,
             {"retention_seconds": float(retention_seconds), "batch_size": batch_size},
+            operation="delete_dead_letters_older_than",
         )
         assert not isinstance(rows, int)
         return [PurgedDeadLetters(queue_name=row.name, count=int(row.removed)) for row in rows]
@@ -158,6 +168,7 @@ class PostgresMaintenance:
         count = await self._run(
             _DELETE_OLD_IDEMPOTENCY_KEYS,
             {"age_seconds": float(age_seconds), "batch_size": batch_size},
+            operation="delete_idempotency_keys_older_than",
             rows=False,
         )
         assert isinstance(count, int)

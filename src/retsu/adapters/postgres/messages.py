@@ -88,10 +88,10 @@ _IDEMPOTENCY_KEY = sa.text(
     "SELECT message_id, fingerprint FROM idempotency_key WHERE queue_id = :queue_id AND key = :key"
 )
 
-_HOT_ENQUEUE = HotStatement(_ENQUEUE)
-_HOT_DEQUEUE = HotStatement(_DEQUEUE)
-_HOT_ACKNOWLEDGE = HotStatement(_ACKNOWLEDGE)
-_HOT_CHANGE_VISIBILITY = HotStatement(_CHANGE_VISIBILITY)
+_HOT_ENQUEUE = HotStatement(_ENQUEUE, operation="enqueue")
+_HOT_DEQUEUE = HotStatement(_DEQUEUE, operation="dequeue")
+_HOT_ACKNOWLEDGE = HotStatement(_ACKNOWLEDGE, operation="acknowledge")
+_HOT_CHANGE_VISIBILITY = HotStatement(_CHANGE_VISIBILITY, operation="change_visibility")
 
 # Never a receipt handle Retsu hands out (they are random v4 UUIDs).
 _NO_HANDLE = UUID(int=0)
@@ -187,7 +187,9 @@ class PostgresMessages:
         # deleted): then the claim is simply tried again.
         for _ in range(3):
             try:
-                stored, known = await self._database.transaction(claim, repeatable=True)
+                stored, known = await self._database.transaction(
+                    claim, operation="enqueue_idempotent", repeatable=True
+                )
             except DBAPIError as error:
                 if sqlstate(error) == FOREIGN_KEY_VIOLATION:
                     raise QueueNotFound(queue_id) from None
@@ -208,7 +210,7 @@ class PostgresMessages:
         async def read(connection: AsyncConnection) -> bool:
             return (await connection.execute(statement)).one_or_none() is not None
 
-        return await self._database.read(read)
+        return await self._database.read(read, operation="queue_exists")
 
     async def change_visibility(
         self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int

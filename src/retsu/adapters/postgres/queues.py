@@ -30,8 +30,8 @@ from retsu.adapters.postgres.tables import (
     queue_message,
 )
 from retsu.domain.audit import AuditEntry
-from retsu.domain.cursor import QueuePosition
 from retsu.domain.errors import QueueAlreadyExists
+from retsu.domain.pagination import QueuePosition
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 
 # Operator bulk changes (purge, delete, redrives) give way to message traffic this many
@@ -95,16 +95,18 @@ class PostgresQueues:
         )
 
         async def add(connection: AsyncConnection) -> Any:
-            row = (await connection.execute(statement)).one()
+            # Translated inside the transaction, so the operation's telemetry sees the
+            # database's answer ("that name is taken"), not a failure.
+            try:
+                row = (await connection.execute(statement)).one()
+            except IntegrityError as error:
+                if sqlstate(error) == UNIQUE_VIOLATION:
+                    raise QueueAlreadyExists(new.name) from None
+                raise
             await connection.execute(audit_insert(audit))
             return row
 
-        try:
-            row = await self._database.transaction(add)
-        except IntegrityError as error:
-            if sqlstate(error) == UNIQUE_VIOLATION:
-                raise QueueAlreadyExists(new.name) from None
-            raise
+        row = await self._database.transaction(add, operation="add_queue")
         return queue_from_row(row)
 
     async def get_queue(self, queue_id: UUID) -> Queue | None:
@@ -113,7 +115,7 @@ class PostgresQueues:
         async def read(connection: AsyncConnection) -> Any:
             return (await connection.execute(statement)).one_or_none()
 
-        row = await self._database.read(read)
+        row = await self._database.read(read, operation="get_queue")
         return None if row is None else queue_from_row(row)
 
     async def update_queue(
@@ -126,15 +128,15 @@ class PostgresQueues:
             values["max_delivery_attempts"] = update.max_delivery_attempts
         if update.default_message_ttl_seconds is not None:
             values["default_message_ttl_seconds"] = update.default_message_ttl_seconds
-        return await self._change_queue(queue_id, values, audit)
+        return await self._change_queue(queue_id, values, audit, operation="update_queue")
 
     async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:
         return await self._change_queue(
-            queue_id, {"paused": paused, "updated_at": sa.func.now()}, audit
+            queue_id, {"paused": paused, "updated_at": sa.func.now()}, audit, operation="set_paused"
         )
 
     async def _change_queue(
-        self, queue_id: UUID, values: dict[str, Any], audit: AuditEntry
+        self, queue_id: UUID, values: dict[str, Any], audit: AuditEntry, *, operation: str
     ) -> Queue | None:
         statement = (
             sa.update(queue).where(queue.c.id == queue_id).values(**values).returning(*queue.c)
@@ -146,7 +148,7 @@ class PostgresQueues:
                 await connection.execute(audit_insert(audit))
             return row
 
-        row = await self._database.transaction(change)
+        row = await self._database.transaction(change, operation=operation)
         return None if row is None else queue_from_row(row)
 
     async def list_queues(
@@ -162,7 +164,7 @@ class PostgresQueues:
         async def read(connection: AsyncConnection) -> list[Queue]:
             return [queue_from_row(row) for row in await connection.execute(statement)]
 
-        return await self._database.read(read)
+        return await self._database.read(read, operation="list_queues")
 
     async def purge_queue(self, queue_id: UUID, audit: AuditEntry) -> int | None:
         async def purge(connection: AsyncConnection) -> int | None:
@@ -180,7 +182,9 @@ class PostgresQueues:
             await connection.execute(audit_insert(audit.with_details(purged=purged)))
             return purged
 
-        return await self._database.yielding(purge, attempts=OPERATOR_ATTEMPTS)
+        return await self._database.yielding(
+            purge, operation="purge_queue", attempts=OPERATOR_ATTEMPTS
+        )
 
     async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
         async def delete(connection: AsyncConnection) -> bool:
@@ -219,4 +223,6 @@ class PostgresQueues:
             )
             return True
 
-        return await self._database.yielding(delete, attempts=OPERATOR_ATTEMPTS)
+        return await self._database.yielding(
+            delete, operation="delete_queue", attempts=OPERATOR_ATTEMPTS
+        )

@@ -36,7 +36,7 @@ class PostgresServerSecrets:
             value = (await connection.execute(statement)).scalar_one_or_none()
             return None if value is None else bytes(value)
 
-        value = await self._database.read(read)
+        value = await self._database.read(read, operation="read_secret")
         if not value:
             raise RuntimeError(
                 f"server secret {name!r} is missing: run `retsu migrate` against this database"

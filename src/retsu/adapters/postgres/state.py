@@ -24,6 +24,11 @@ from retsu.domain.state import PriorityState
 # they do not depend on statistics and survive transaction pooling).
 ALL_QUEUES = sa.text("SELECT * FROM retsu_queue_state(NULL)")
 ONE_QUEUE = sa.text("SELECT * FROM retsu_queue_state(:queue_id)")
+# Several queues in one round trip: the one-queue function per id, in the order given.
+SOME_QUEUES = sa.text(
+    "SELECT s.* FROM unnest(CAST(:queue_ids AS uuid[])) WITH ORDINALITY AS q(id, o) "
+    "CROSS JOIN LATERAL retsu_queue_state(q.id) AS s ORDER BY q.o, s.priority DESC"
+)
 
 
 def _rows_to_state(rows: Sequence[Any]) -> list[PriorityState]:
@@ -64,4 +69,14 @@ class PostgresQueueState:
         async def read(connection: AsyncConnection) -> list[PriorityState]:
             return await read_queue(connection, queue_id)
 
-        return await self._database.read(read)
+        return await self._database.read(read, operation="read_state")
+
+    async def read_states(self, queue_ids: Sequence[UUID]) -> list[PriorityState]:
+        if not queue_ids:
+            return []
+
+        async def read(connection: AsyncConnection) -> list[PriorityState]:
+            rows = (await connection.execute(SOME_QUEUES, {"queue_ids": list(queue_ids)})).all()
+            return _rows_to_state(rows)
+
+        return await self._database.read(read, operation="read_states")

@@ -1,9 +1,10 @@
 """The console's pages and forms (SPEC §3.9).
 
-Every handler takes its use cases from the container by name, exactly like the JSON routes
-(``adapters/http/routes``), and builds the same commands with the same ``caller``: the
-rules, the audit rows and the errors are the API's. A form answers with a ``303`` to the
-page that shows the result (post/redirect/get), with a short notice in the address.
+Every handler takes the same services as the JSON routes (``adapters/http/routes``), lists
+through the same pages (``adapters/http/pages.py``) and builds the same commands with the
+same ``caller``: the rules, the audit rows and the errors are the API's. A form answers
+with a ``303`` to the page that shows the result (post/redirect/get), with a short notice
+in the address.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from litestar.params import PathParameter, QueryParameter
 from litestar.response import Template
 from markupsafe import Markup
 
+from retsu.adapters.http.caller import caller_of
 from retsu.adapters.http.console.charts import Series, line_chart, sparkline
 from retsu.adapters.http.console.forms import SETTING_LABELS, SETTINGS, SettingsForm
 from retsu.adapters.http.console.gate import (
@@ -32,25 +34,29 @@ from retsu.adapters.http.console.gate import (
     see_other,
 )
 from retsu.adapters.http.console.session import ConsoleSessions
-from retsu.application.delete_dead_letter import DeleteDeadLetter, DeleteDeadLetterCommand
-from retsu.application.delete_message import DeleteMessage, DeleteMessageCommand
-from retsu.application.get_dead_letter import GetDeadLetter
-from retsu.application.get_message import GetMessage
-from retsu.application.get_queue import GetQueue, QueueWithStats
-from retsu.application.get_queue_history import GetQueueHistory, QueueHistoryQuery
-from retsu.application.list_audit_log import ListAuditLog, ListAuditLogQuery
-from retsu.application.list_consumers import ListConsumers, ListConsumersQuery
-from retsu.application.list_dead_letters import ListDeadLetters, ListDeadLettersQuery
-from retsu.application.list_messages import ListMessages, ListMessagesQuery
-from retsu.application.list_queues import ListQueues, ListQueuesQuery
-from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
-from retsu.application.purge_queue import PurgeQueue, PurgeQueueCommand
-from retsu.application.redrive_dead_letter import RedriveDeadLetter, RedriveDeadLetterCommand
-from retsu.application.redrive_dead_letters import RedriveDeadLetters, RedriveDeadLettersCommand
-from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
-from retsu.domain.audit import AuditAction, Caller
+from retsu.adapters.http.dependencies import Activity, Browsing, Cursors, DeadLetters, Queues
+from retsu.adapters.http.pages import (
+    audit_log_page,
+    consumers_page,
+    dead_letters_page,
+    messages_page,
+    queues_page,
+)
+from retsu.application.activity import ActivityService, QueueHistoryQuery, QueueSummary
+from retsu.application.browsing import DeleteMessageCommand
+from retsu.application.dead_letters import (
+    DeadLetterCommand,
+    RedriveDeadLettersCommand,
+)
+from retsu.application.queues import (
+    QueueCommand,
+    QueueService,
+    QueueWithStats,
+    UpdateQueueCommand,
+)
+from retsu.domain.audit import AuditAction
 from retsu.domain.consumer import ConsumerHealth
-from retsu.domain.errors import InvalidInput, QueueNotFound
+from retsu.domain.errors import InvalidInput
 from retsu.domain.history import History
 from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT
 from retsu.domain.queue import Queue
@@ -106,31 +112,13 @@ def _live_messages(found: QueueWithStats) -> int:
 @dataclass(frozen=True, slots=True)
 class QueueRow:
     queue: Queue
-    found: QueueWithStats
+    found: QueueSummary
     healthy_consumers: int
     depth: Markup | None = None
     throughput: Markup | None = None
 
 
-# The overview counts healthy consumers a page of 100 at a time, up to this many pages.
-HEALTHY_PAGES: Final = 10
 SPARK_MINUTES: Final = 60
-
-
-async def _healthy_consumers(list_consumers: ListConsumers) -> dict[UUID, int]:
-    """Healthy consumers per queue (SPEC §3.7: seen within the last 30 s)."""
-    counts: dict[UUID, int] = {}
-    cursor: str | None = None
-    for _ in range(HEALTHY_PAGES):
-        listed = await list_consumers(
-            ListConsumersQuery(limit=100, cursor=cursor, health=ConsumerHealth.HEALTHY.value)
-        )
-        for view in listed.items:
-            counts[view.record.queue_id] = counts.get(view.record.queue_id, 0) + 1
-        cursor = listed.next_cursor
-        if cursor is None:
-            break
-    return counts
 
 
 def _depth(history: History) -> list[Series]:
@@ -155,28 +143,24 @@ def _throughput(history: History) -> list[Series]:
 
 
 async def _overview(
-    list_queues: ListQueues,
-    get_queue: GetQueue,
-    list_consumers: ListConsumers,
-    get_queue_history: GetQueueHistory,
+    queues: QueueService,
+    activity: ActivityService,
+    cursors: Cursors,
     cursor: str | None,
 ) -> tuple[list[QueueRow], str | None]:
-    queues = await list_queues(ListQueuesQuery(limit=PAGE_SIZE, cursor=cursor))
-    healthy = await _healthy_consumers(list_consumers)
+    """A page of queues at a glance, in a bounded number of reads whatever the page holds
+    (the queues, their states, their healthy consumers, their histories)."""
+    listed = await queues_page(queues, cursors, limit=PAGE_SIZE, cursor=cursor)
     rows: list[QueueRow] = []
-    for queue in queues.items:
-        try:
-            found = await get_queue(queue.id)
-            history = await get_queue_history(QueueHistoryQuery(queue.id, SPARK_MINUTES))
-        except QueueNotFound:  # deleted meanwhile
-            continue
+    for summary in await activity.summaries(listed.items, minutes=SPARK_MINUTES):
+        queue, history = summary.queue, summary.history
         depth = _depth(history)[:1]  # ready: the depth that matters at a glance
         flow = _throughput(history)[:3:2]  # enqueued and acknowledged: in and out
         rows.append(
             QueueRow(
                 queue,
-                found,
-                healthy.get(queue.id, 0),
+                summary,
+                summary.healthy_consumers,
                 sparkline(depth, label=f"{queue.name}: ready messages, last hour")
                 if history.points
                 else None,
@@ -185,37 +169,31 @@ async def _overview(
                 else None,
             )
         )
-    return rows, queues.next_cursor
+    return rows, listed.next_cursor
 
 
 @get("/", name="console:overview")
 async def overview(
     ctx: Ctx,
-    list_queues: NamedDependency[ListQueues],
-    get_queue: NamedDependency[GetQueue],
-    list_consumers: NamedDependency[ListConsumers],
-    get_queue_history: NamedDependency[GetQueueHistory],
+    queues: Queues,
+    activity: Activity,
+    cursors: Cursors,
     cursor: Text = None,
 ) -> Template:
-    rows, next_cursor = await _overview(
-        list_queues, get_queue, list_consumers, get_queue_history, cursor
-    )
+    rows, next_cursor = await _overview(queues, activity, cursors, cursor)
     return page(ctx, "overview.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
 
 
 @get("/fragments/overview")
 async def overview_fragment(
     ctx: Ctx,
-    list_queues: NamedDependency[ListQueues],
-    get_queue: NamedDependency[GetQueue],
-    list_consumers: NamedDependency[ListConsumers],
-    get_queue_history: NamedDependency[GetQueueHistory],
+    queues: Queues,
+    activity: Activity,
+    cursors: Cursors,
     cursor: Text = None,
 ) -> Template:
     """The overview's table alone: what the live refresh swaps in every 5 s."""
-    rows, next_cursor = await _overview(
-        list_queues, get_queue, list_consumers, get_queue_history, cursor
-    )
+    rows, next_cursor = await _overview(queues, activity, cursors, cursor)
     return page(ctx, "_overview_table.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
 
 
@@ -233,9 +211,9 @@ class Charts:
     points: int
 
 
-async def _charts(get_queue_history: GetQueueHistory, queue: Queue, window: str) -> Charts:
+async def _charts(activity: Activity, queue: Queue, window: str) -> Charts:
     minutes = next((m for key, _, m in WINDOWS if key == window), 60)
-    history = await get_queue_history(QueueHistoryQuery(queue.id, minutes))
+    history = await activity.history(QueueHistoryQuery(queue.id, minutes))
     end = datetime.now(UTC)
     start = end - timedelta(minutes=minutes)
     times = [point.at for point in history.points]
@@ -265,7 +243,7 @@ async def _charts(get_queue_history: GetQueueHistory, queue: Queue, window: str)
 async def _queue_page(
     ctx: ConsoleContext,
     found: QueueWithStats,
-    get_queue_history: GetQueueHistory,
+    activity: Activity,
     *,
     window: str | None = None,
     form: SettingsForm | None = None,
@@ -283,7 +261,7 @@ async def _queue_page(
         settings=SETTINGS,
         labels=SETTING_LABELS,
         notice=notice,
-        charts=await _charts(get_queue_history, found.queue, window),
+        charts=await _charts(activity, found.queue, window),
         window=window,
         windows=[(key, label) for key, label, _ in WINDOWS],
         depth_series=_depth(History(0, [])),
@@ -296,16 +274,14 @@ async def _queue_page(
 async def queue_page(
     ctx: Ctx,
     queue_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    get_queue_history: NamedDependency[GetQueueHistory],
+    queues: Queues,
+    activity: Activity,
     window: Text = None,
     notice: Text = None,
     n: Text = None,
 ) -> Template:
-    found = await get_queue(queue_id)
-    return await _queue_page(
-        ctx, found, get_queue_history, window=window, notice=notice_text(notice, n)
-    )
+    found = await queues.get(queue_id)
+    return await _queue_page(ctx, found, activity, window=window, notice=notice_text(notice, n))
 
 
 @post("/queues/{queue_id:str}/settings")
@@ -313,53 +289,45 @@ async def save_settings(
     ctx: Ctx,
     request: Request[Any, Any, Any],
     queue_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    update_queue: NamedDependency[UpdateQueue],
-    get_queue_history: NamedDependency[GetQueueHistory],
-    caller: NamedDependency[Caller],
+    queues: Queues,
+    activity: Activity,
 ) -> Response[Any]:
-    found = await get_queue(queue_id)
+    found = await queues.get(queue_id)
     form = SettingsForm.submitted(await request.form())
     changes = form.changes(found.queue)
     if not form.errors:
         if not changes:
             return see_other(ctx, _queue_path(queue_id, notice="unchanged"))
         try:
-            await update_queue(UpdateQueueCommand(queue_id=queue_id, caller=caller, **changes))
+            await queues.update(
+                UpdateQueueCommand(queue_id=queue_id, caller=caller_of(request), **changes)
+            )
         except InvalidInput as error:
             form.fail(error.code, error.detail)
     if form.errors:
-        return await _queue_page(ctx, found, get_queue_history, form=form, status=400)
+        return await _queue_page(ctx, found, activity, form=form, status=400)
     return see_other(ctx, _queue_path(queue_id, notice="saved"))
 
 
 @post("/queues/{queue_id:str}/pause")
 async def pause(
-    ctx: Ctx,
-    queue_id: PathId,
-    pause_queue: NamedDependency[PauseQueue],
-    caller: NamedDependency[Caller],
+    ctx: Ctx, request: Request[Any, Any, Any], queue_id: PathId, queues: Queues
 ) -> Response[Any]:
-    await pause_queue(PauseQueueCommand(queue_id, caller))
+    await queues.pause(QueueCommand(queue_id, caller_of(request)))
     return see_other(ctx, _queue_path(queue_id, notice="paused"))
 
 
 @post("/queues/{queue_id:str}/resume")
 async def resume(
-    ctx: Ctx,
-    queue_id: PathId,
-    resume_queue: NamedDependency[ResumeQueue],
-    caller: NamedDependency[Caller],
+    ctx: Ctx, request: Request[Any, Any, Any], queue_id: PathId, queues: Queues
 ) -> Response[Any]:
-    await resume_queue(PauseQueueCommand(queue_id, caller))
+    await queues.resume(QueueCommand(queue_id, caller_of(request)))
     return see_other(ctx, _queue_path(queue_id, notice="resumed"))
 
 
 @get("/queues/{queue_id:str}/purge")
-async def confirm_purge(
-    ctx: Ctx, queue_id: PathId, get_queue: NamedDependency[GetQueue]
-) -> Template:
-    found = await get_queue(queue_id)
+async def confirm_purge(ctx: Ctx, queue_id: PathId, queues: Queues) -> Template:
+    found = await queues.get(queue_id)
     return page(ctx, "purge.html", queue=found.queue, stats=found.stats, live=_live_messages(found))
 
 
@@ -368,11 +336,9 @@ async def purge(
     ctx: Ctx,
     request: Request[Any, Any, Any],
     queue_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    purge_queue: NamedDependency[PurgeQueue],
-    caller: NamedDependency[Caller],
+    queues: Queues,
 ) -> Response[Any]:
-    found = await get_queue(queue_id)
+    found = await queues.get(queue_id)
     typed = str((await request.form()).get("confirm_name", "")).strip()
     if typed != found.queue.name:
         return page(
@@ -385,7 +351,7 @@ async def purge(
             error=f"Type the queue's name, {found.queue.name}, to confirm. Nothing was purged.",
             typed=typed,
         )
-    purged = await purge_queue(PurgeQueueCommand(queue_id, caller))
+    purged = await queues.purge(QueueCommand(queue_id, caller_of(request)))
     return see_other(ctx, _queue_path(queue_id, notice="purged", n=purged))
 
 
@@ -404,24 +370,25 @@ PRIORITIES: Final = ("", "HIGH", "MEDIUM", "LOW")
 async def messages(
     ctx: Ctx,
     queue_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    list_messages: NamedDependency[ListMessages],
+    queues: Queues,
+    browsing: Browsing,
+    cursors: Cursors,
     message_state: StateText = None,
     priority: Text = None,
     cursor: Text = None,
     notice: Text = None,
 ) -> Template:
-    found = await get_queue(queue_id)
-    # An empty filter (the "all" choice of a form) means no filter; anything else is the
-    # use case's to judge (invalid_state, invalid_priority, invalid_cursor).
-    listed = await list_messages(
-        ListMessagesQuery(
-            queue_id=queue_id,
-            state=message_state or None,
-            priority=priority or None,
-            limit=PAGE_SIZE,
-            cursor=cursor or None,
-        )
+    found = await queues.get(queue_id)
+    # An empty filter (the "all" choice of a form) means no filter; anything else is
+    # judged as the API judges it (invalid_state, invalid_priority, invalid_cursor).
+    listed = await messages_page(
+        browsing,
+        cursors,
+        queue_id,
+        state=message_state or None,
+        priority=priority or None,
+        limit=PAGE_SIZE,
+        cursor=cursor or None,
     )
     filters = {"state": message_state or "", "priority": priority or ""}
     here = _queue_path(queue_id, "/messages", **{k: v for k, v in filters.items() if v})
@@ -459,12 +426,12 @@ async def message(
     ctx: Ctx,
     queue_id: PathId,
     message_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    get_message: NamedDependency[GetMessage],
+    queues: Queues,
+    browsing: Browsing,
     back: Text = None,
 ) -> Template:
-    found = await get_queue(queue_id)
-    item = await get_message(queue_id, message_id)
+    found = await queues.get(queue_id)
+    item = await browsing.get(queue_id, message_id)
     return page(
         ctx,
         "message.html",
@@ -481,11 +448,10 @@ async def delete_message(
     request: Request[Any, Any, Any],
     queue_id: PathId,
     message_id: PathId,
-    delete_message: NamedDependency[DeleteMessage],
-    caller: NamedDependency[Caller],
+    browsing: Browsing,
 ) -> Response[Any]:
-    await delete_message(
-        DeleteMessageCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    await browsing.delete(
+        DeleteMessageCommand(queue_id=queue_id, message_id=message_id, caller=caller_of(request))
     )
     # Back to the list the delete came from (its filters and page), with the notice.
     back = _messages_list(queue_id, (await request.form()).get("back"))
@@ -499,8 +465,9 @@ async def delete_message(
 async def _dead_letters_page(
     ctx: ConsoleContext,
     queue_id: UUID,
-    get_queue: GetQueue,
-    list_dead_letters: ListDeadLetters,
+    queues: Queues,
+    dead_letters: DeadLetters,
+    cursors: Cursors,
     *,
     cursor: str | None = None,
     notice: str | None = None,
@@ -508,9 +475,9 @@ async def _dead_letters_page(
     limit_error: str | None = None,
     status: int = 200,
 ) -> Template:
-    found = await get_queue(queue_id)
-    records = await list_dead_letters(
-        ListDeadLettersQuery(queue_id=queue_id, limit=PAGE_SIZE, cursor=cursor)
+    found = await queues.get(queue_id)
+    records = await dead_letters_page(
+        dead_letters, cursors, queue_id, limit=PAGE_SIZE, cursor=cursor
     )
     return page(
         ctx,
@@ -530,17 +497,24 @@ async def _dead_letters_page(
 
 
 @get("/queues/{queue_id:str}/dead-letters")
-async def dead_letters(
+async def dead_letters_list(
     ctx: Ctx,
     queue_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    list_dead_letters: NamedDependency[ListDeadLetters],
+    queues: Queues,
+    dead_letters: DeadLetters,
+    cursors: Cursors,
     cursor: Text = None,
     notice: Text = None,
     n: Text = None,
 ) -> Template:
     return await _dead_letters_page(
-        ctx, queue_id, get_queue, list_dead_letters, cursor=cursor, notice=notice_text(notice, n)
+        ctx,
+        queue_id,
+        queues,
+        dead_letters,
+        cursors,
+        cursor=cursor,
+        notice=notice_text(notice, n),
     )
 
 
@@ -549,11 +523,11 @@ async def dead_letter(
     ctx: Ctx,
     queue_id: PathId,
     message_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    get_dead_letter: NamedDependency[GetDeadLetter],
+    queues: Queues,
+    dead_letters: DeadLetters,
 ) -> Template:
-    found = await get_queue(queue_id)
-    record = await get_dead_letter(queue_id, message_id)
+    found = await queues.get(queue_id)
+    record = await dead_letters.get(queue_id, message_id)
     return page(ctx, "dead_letter.html", queue=found.queue, record=record, tab="dead_letters")
 
 
@@ -562,10 +536,9 @@ async def redrive_many(
     ctx: Ctx,
     request: Request[Any, Any, Any],
     queue_id: PathId,
-    get_queue: NamedDependency[GetQueue],
-    list_dead_letters: NamedDependency[ListDeadLetters],
-    redrive_dead_letters: NamedDependency[RedriveDeadLetters],
-    caller: NamedDependency[Caller],
+    queues: Queues,
+    dead_letters: DeadLetters,
+    cursors: Cursors,
 ) -> Response[Any]:
     text = str((await request.form()).get("limit", "")).strip()
     try:
@@ -575,15 +548,16 @@ async def redrive_many(
                 f"limit must be a whole number from {REDRIVE_LIMIT.low} to {REDRIVE_LIMIT.high}.",
                 code=REDRIVE_LIMIT.code,
             )
-        redriven = await redrive_dead_letters(
-            RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller)
+        redriven = await dead_letters.redrive_many(
+            RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller_of(request))
         )
     except InvalidInput as error:
         return await _dead_letters_page(
             ctx,
             queue_id,
-            get_queue,
-            list_dead_letters,
+            queues,
+            dead_letters,
+            cursors,
             limit_text=text,
             limit_error=error.detail,
             status=400,
@@ -596,13 +570,13 @@ async def redrive_many(
 @post("/queues/{queue_id:str}/dead-letters/{message_id:str}/redrive")
 async def redrive_one(
     ctx: Ctx,
+    request: Request[Any, Any, Any],
     queue_id: PathId,
     message_id: PathId,
-    redrive_dead_letter: NamedDependency[RedriveDeadLetter],
-    caller: NamedDependency[Caller],
+    dead_letters: DeadLetters,
 ) -> Response[Any]:
-    await redrive_dead_letter(
-        RedriveDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    await dead_letters.redrive(
+        DeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller_of(request))
     )
     return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="redriven"))
 
@@ -610,13 +584,13 @@ async def redrive_one(
 @post("/queues/{queue_id:str}/dead-letters/{message_id:str}/delete")
 async def delete_dead_letter(
     ctx: Ctx,
+    request: Request[Any, Any, Any],
     queue_id: PathId,
     message_id: PathId,
-    delete_dead_letter: NamedDependency[DeleteDeadLetter],
-    caller: NamedDependency[Caller],
+    dead_letters: DeadLetters,
 ) -> Response[Any]:
-    await delete_dead_letter(
-        DeleteDeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    await dead_letters.delete(
+        DeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller_of(request))
     )
     return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="dead_letter_deleted"))
 
@@ -636,27 +610,31 @@ def _queue_filter(queue_id: str | None) -> UUID | None:
 @get("/consumers")
 async def consumers(
     ctx: Ctx,
-    list_consumers: NamedDependency[ListConsumers],
-    list_queues: NamedDependency[ListQueues],
+    activity: Activity,
+    queues: Queues,
+    cursors: Cursors,
     queue_id: Text = None,
     health: Text = None,
     cursor: Text = None,
 ) -> Template:
     queue_filter = _queue_filter(queue_id)
-    listed = await list_consumers(
-        ListConsumersQuery(
-            limit=PAGE_SIZE, cursor=cursor or None, queue_id=queue_filter, health=health or None
-        )
+    listed = await consumers_page(
+        activity,
+        cursors,
+        limit=PAGE_SIZE,
+        cursor=cursor or None,
+        queue_id=queue_filter,
+        health=health or None,
     )
-    queues = await list_queues(ListQueuesQuery(limit=QUEUE_CHOICES))
+    choices = await queues_page(queues, cursors, limit=QUEUE_CHOICES)
     return page(
         ctx,
         "consumers.html",
         consumers=listed.items,
         next_cursor=listed.next_cursor,
         cursor=cursor,
-        queues=queues.items,
-        names={str(q.id): q.name for q in queues.items},
+        queues=choices.items,
+        names={str(q.id): q.name for q in choices.items},
         queue_id=str(queue_filter) if queue_filter else "",
         health=health or "",
         healths=[h.value for h in ConsumerHealth],
@@ -670,27 +648,31 @@ async def consumers(
 @get("/audit")
 async def audit_log(
     ctx: Ctx,
-    list_audit_log: NamedDependency[ListAuditLog],
-    list_queues: NamedDependency[ListQueues],
+    activity: Activity,
+    queues: Queues,
+    cursors: Cursors,
     queue_id: Text = None,
     action: Text = None,
     cursor: Text = None,
 ) -> Template:
     queue_filter = _queue_filter(queue_id)
-    records = await list_audit_log(
-        ListAuditLogQuery(
-            limit=PAGE_SIZE, cursor=cursor, queue_id=queue_filter, action=action or None
-        )
+    records = await audit_log_page(
+        activity,
+        cursors,
+        limit=PAGE_SIZE,
+        cursor=cursor,
+        queue_id=queue_filter,
+        action=action or None,
     )
-    queues = await list_queues(ListQueuesQuery(limit=QUEUE_CHOICES))
+    choices = await queues_page(queues, cursors, limit=QUEUE_CHOICES)
     return page(
         ctx,
         "audit.html",
         records=records.items,
         next_cursor=records.next_cursor,
         cursor=cursor,
-        queues=queues.items,
-        names={str(q.id): q.name for q in queues.items},
+        queues=choices.items,
+        names={str(q.id): q.name for q in choices.items},
         actions=[a.value for a in AuditAction],
         queue_id=str(queue_filter) if queue_filter else "",
         action=action or "",
@@ -766,7 +748,7 @@ ROUTES = [
     messages,
     message,
     delete_message,
-    dead_letters,
+    dead_letters_list,
     dead_letter,
     redrive_many,
     redrive_one,

@@ -3,27 +3,30 @@
 from __future__ import annotations
 
 from litestar import get
-from litestar.di import NamedDependency
 
+from retsu.adapters.http.auth import OPERATOR_READ
+from retsu.adapters.http.dependencies import Activity, Cursors
 from retsu.adapters.http.dto import AuditLogOut, audit_record_out
+from retsu.adapters.http.pages import audit_log_page
 from retsu.adapters.http.params import DEFAULT_LIMIT, ActionFilter, Cursor, Limit, QueueIdFilter
-from retsu.application.list_audit_log import ListAuditLog, ListAuditLogQuery
 
 
 @get(
     "/v1/audit-log",
     summary="Read the audit log",
     response_description="One page of audit entries, newest first.",
+    scopes=OPERATOR_READ,
 )
 async def read_audit_log(
-    list_audit_log: NamedDependency[ListAuditLog],
+    activity: Activity,
+    cursors: Cursors,
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
     queue_id: QueueIdFilter = None,
     action: ActionFilter = None,
 ) -> AuditLogOut:
-    page = await list_audit_log(
-        ListAuditLogQuery(limit=limit, cursor=cursor, queue_id=queue_id, action=action)
+    page = await audit_log_page(
+        activity, cursors, limit=limit, cursor=cursor, queue_id=queue_id, action=action
     )
     return AuditLogOut(
         items=[audit_record_out(r) for r in page.items], next_cursor=page.next_cursor

@@ -3,10 +3,15 @@ operator's delete."""
 
 from __future__ import annotations
 
-from litestar import delete, get
-from litestar.di import NamedDependency
+from typing import Any
 
+from litestar import Request, delete, get
+
+from retsu.adapters.http.auth import ADMIN_ONLY, OPERATOR_READ
+from retsu.adapters.http.caller import caller_of
+from retsu.adapters.http.dependencies import Browsing, Cursors
 from retsu.adapters.http.dto import StoredMessageOut, StoredMessagesOut, stored_message_out
+from retsu.adapters.http.pages import messages_page
 from retsu.adapters.http.params import (
     DEFAULT_LIMIT,
     QUEUE,
@@ -17,10 +22,7 @@ from retsu.adapters.http.params import (
     QueueId,
     StateFilter,
 )
-from retsu.application.delete_message import DeleteMessage, DeleteMessageCommand
-from retsu.application.get_message import GetMessage
-from retsu.application.list_messages import ListMessages, ListMessagesQuery
-from retsu.domain.audit import Caller
+from retsu.application.browsing import DeleteMessageCommand
 from retsu.domain.errors import MessageNotFound
 
 MESSAGES = QUEUE + "/messages"
@@ -36,30 +38,36 @@ ONE = MESSAGES + "/{message_id:str}"
     "number of stored rows: with a filter no index serves it may end short of `limit` with a "
     "`next_cursor` to go on.",
     response_description="One page of messages.",
+    scopes=OPERATOR_READ,
 )
 async def list_messages_page(
     queue_id: QueueId,
-    list_messages: NamedDependency[ListMessages],
+    browsing: Browsing,
+    cursors: Cursors,
     message_state: StateFilter = None,
     priority: PriorityFilter = None,
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
 ) -> StoredMessagesOut:
-    page = await list_messages(
-        ListMessagesQuery(
-            queue_id=queue_id, state=message_state, priority=priority, limit=limit, cursor=cursor
-        )
+    page = await messages_page(
+        browsing,
+        cursors,
+        queue_id,
+        state=message_state,
+        priority=priority,
+        limit=limit,
+        cursor=cursor,
     )
     return StoredMessagesOut(
         items=[stored_message_out(m) for m in page.items], next_cursor=page.next_cursor
     )
 
 
-@get(ONE, summary="Show a message", errors=(MessageNotFound,))
+@get(ONE, summary="Show a message", errors=(MessageNotFound,), scopes=OPERATOR_READ)
 async def show_message(
-    queue_id: QueueId, message_id: MessageId, get_message: NamedDependency[GetMessage]
+    queue_id: QueueId, message_id: MessageId, browsing: Browsing
 ) -> StoredMessageOut:
-    return stored_message_out(await get_message(queue_id, message_id))
+    return stored_message_out(await browsing.get(queue_id, message_id))
 
 
 @delete(
@@ -68,15 +76,16 @@ async def show_message(
     description="Removes a live message in any state (a later acknowledge of its delivery "
     "is the usual idempotent `204`). Writes the audit entry `message.deleted`.",
     errors=(MessageNotFound,),
+    scopes=ADMIN_ONLY,
 )
 async def remove_message(
     queue_id: QueueId,
     message_id: MessageId,
-    delete_message: NamedDependency[DeleteMessage],
-    caller: NamedDependency[Caller],
+    browsing: Browsing,
+    request: Request[Any, Any, Any],
 ) -> None:
-    await delete_message(
-        DeleteMessageCommand(queue_id=queue_id, message_id=message_id, caller=caller)
+    await browsing.delete(
+        DeleteMessageCommand(queue_id=queue_id, message_id=message_id, caller=caller_of(request))
     )
 
 

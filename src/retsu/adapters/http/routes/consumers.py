@@ -10,9 +10,11 @@ from uuid import UUID
 
 import msgspec
 from litestar import get
-from litestar.di import NamedDependency
 from litestar.params import KwargDefinition
 
+from retsu.adapters.http.auth import OPERATOR_READ
+from retsu.adapters.http.dependencies import Activity, Cursors
+from retsu.adapters.http.pages import consumers_page
 from retsu.adapters.http.params import (
     DEFAULT_LIMIT,
     Cursor,
@@ -20,7 +22,7 @@ from retsu.adapters.http.params import (
     Limit,
     QueueIdFilter,
 )
-from retsu.application.list_consumers import ConsumerView, ListConsumers, ListConsumersQuery
+from retsu.application.activity import ConsumerView
 from retsu.domain.consumer import ConsumerHealth
 
 HealthName = Annotated[str, KwargDefinition(enum=[h.value for h in ConsumerHealth])]
@@ -64,16 +66,18 @@ def consumer_out(view: ConsumerView) -> ConsumerOut:
     "An unknown `queue_id` lists nothing.",
     response_description="One page of consumers.",
     errors=("invalid_health", "invalid_queue_id"),
+    scopes=OPERATOR_READ,
 )
 async def list_consumers(
-    list_consumers: NamedDependency[ListConsumers],
+    activity: Activity,
+    cursors: Cursors,
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
     queue_id: QueueIdFilter = None,
     health: HealthFilter = None,
 ) -> ConsumersOut:
-    page = await list_consumers(
-        ListConsumersQuery(limit=limit, cursor=cursor, queue_id=queue_id, health=health)
+    page = await consumers_page(
+        activity, cursors, limit=limit, cursor=cursor, queue_id=queue_id, health=health
     )
     return ConsumersOut(items=[consumer_out(v) for v in page.items], next_cursor=page.next_cursor)
 

@@ -9,11 +9,12 @@ from typing import Annotated
 
 import msgspec
 from litestar import get
-from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
+from retsu.adapters.http.auth import OPERATOR_READ
+from retsu.adapters.http.dependencies import Activity
 from retsu.adapters.http.params import QUEUE, Digits, QueueId
-from retsu.application.get_queue_history import GetQueueHistory, QueueHistoryQuery
+from retsu.application.activity import QueueHistoryQuery
 from retsu.domain.errors import QueueNotFound
 from retsu.domain.history import DEFAULT_HISTORY_MINUTES, HISTORY_MINUTES, History
 
@@ -84,13 +85,14 @@ def history_out(history: History) -> HistoryOut:
     "taken at `at`. Snapshots are kept 7 days; a younger queue simply has fewer points.",
     response_description="The points, oldest first.",
     errors=(HISTORY_MINUTES.code, QueueNotFound),
+    scopes=OPERATOR_READ,
 )
 async def read_queue_history(
     queue_id: QueueId,
-    get_queue_history: NamedDependency[GetQueueHistory],
+    activity: Activity,
     minutes: Minutes = _DEFAULT_MINUTES,
 ) -> HistoryOut:
-    history = await get_queue_history(QueueHistoryQuery(queue_id=queue_id, minutes=minutes))
+    history = await activity.history(QueueHistoryQuery(queue_id=queue_id, minutes=minutes))
     return history_out(history)
 
 

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from litestar import Request, Response, post
-from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
+from retsu.adapters.http.auth import CONSUMER
+from retsu.adapters.http.dependencies import Messages
 from retsu.adapters.http.dto import (
     MAX_BATCH_SIZE,
     AcknowledgeBody,
@@ -25,7 +26,9 @@ from retsu.adapters.http.dto import (
     message_out,
 )
 from retsu.adapters.http.params import (
-    CONSUMER,
+    CONSUMER as CONSUMER_HEADER,
+)
+from retsu.adapters.http.params import (
     IDEMPOTENCY_KEY,
     QUEUE,
     MessageId,
@@ -34,11 +37,13 @@ from retsu.adapters.http.params import (
     idempotency_key_of,
 )
 from retsu.adapters.http.request_rules import RequestProblem
-from retsu.application.acknowledge import Acknowledge, AcknowledgeCommand
-from retsu.application.change_visibility import ChangeVisibility, ChangeVisibilityCommand
-from retsu.application.dequeue import Dequeue, DequeueCommand
-from retsu.application.enqueue import Enqueue, EnqueueCommand
-from retsu.application.enqueue_idempotent import EnqueueIdempotent, EnqueueIdempotentCommand
+from retsu.application.messages import (
+    AcknowledgeCommand,
+    ChangeVisibilityCommand,
+    DequeueCommand,
+    EnqueueCommand,
+    EnqueueIdempotentCommand,
+)
 from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS, DequeueOptions
 from retsu.domain.errors import IdempotencyKeyConflict, InvalidInput, StaleReceiptHandle
 from retsu.domain.message import MESSAGE_DELAY, MESSAGE_TTL, VISIBILITY_CHANGE, NewMessage, Receipt
@@ -89,20 +94,20 @@ def _new_messages(bodies: Sequence[MessageBody]) -> list[NewMessage]:
     },
     reply_headers={200: {"idempotent-replayed": "`true`: this answers a repeat."}},
     request_headers=(IDEMPOTENCY_KEY,),
+    scopes=CONSUMER,
 )
 async def enqueue_message(
     queue_id: QueueId,
     data: JSONBody[MessageBody],
-    enqueue: NamedDependency[Enqueue],
-    enqueue_idempotent: NamedDependency[EnqueueIdempotent],
+    messages: Messages,
     request: Request[Any, Any, Any],
 ) -> Response[IdOut]:
     idempotency_key = idempotency_key_of(request)
     message = _new_message(data)
     if idempotency_key is None:
-        ids = await enqueue(EnqueueCommand(queue_id=queue_id, messages=(message,)))
+        ids = await messages.enqueue(EnqueueCommand(queue_id=queue_id, messages=(message,)))
         return Response(IdOut(id=ids[0]), status_code=201)
-    result = await enqueue_idempotent(
+    result = await messages.enqueue_idempotent(
         EnqueueIdempotentCommand(
             queue_id=queue_id, message=message, idempotency_key=idempotency_key
         )
@@ -121,11 +126,12 @@ async def enqueue_message(
     response_description="The new ids, in request order.",
     errors=("invalid_batch_size", *_MESSAGE_CODES, "invalid_idempotency_key"),
     request_headers=(IDEMPOTENCY_KEY,),
+    scopes=CONSUMER,
 )
 async def enqueue_batch(
     queue_id: QueueId,
     data: JSONBody[BatchEnqueueBody],
-    enqueue: NamedDependency[Enqueue],
+    messages: Messages,
     request: Request[Any, Any, Any],
 ) -> IdsOut:
     if idempotency_key_of(request) is not None:
@@ -136,8 +142,9 @@ async def enqueue_batch(
             "to make them idempotent.",
         )
     _check_batch_size(len(data.messages))
-    messages = _new_messages(data.messages)
-    ids = await enqueue(EnqueueCommand(queue_id=queue_id, messages=messages, batch=True))
+    ids = await messages.enqueue(
+        EnqueueCommand(queue_id=queue_id, messages=_new_messages(data.messages), batch=True)
+    )
     return IdsOut(ids=ids)
 
 
@@ -151,11 +158,12 @@ async def enqueue_batch(
     "(possibly empty).",
     errors=(WAIT_SECONDS, VISIBILITY_TIMEOUT, MAX_MESSAGES, "invalid_consumer"),
     replies={204: (None, "Without `max_messages`: nothing deliverable within `wait_seconds`.")},
-    request_headers=(CONSUMER,),
+    request_headers=(CONSUMER_HEADER,),
+    scopes=CONSUMER,
 )
 async def dequeue_messages(
     queue_id: QueueId,
-    dequeue: NamedDependency[Dequeue],
+    messages: Messages,
     request: Request[Any, Any, Any],
     data: JSONBody[DequeueBody | None] = None,
 ) -> Response[MessageOut | MessagesOut]:
@@ -168,7 +176,9 @@ async def dequeue_messages(
             visibility_timeout_seconds=data.visibility_timeout_seconds,
             max_messages=data.max_messages,
         )
-    delivered = await dequeue(DequeueCommand(queue_id=queue_id, options=options, consumer=consumer))
+    delivered = await messages.dequeue(
+        DequeueCommand(queue_id=queue_id, options=options, consumer=consumer)
+    )
     if options.max_messages is not None:
         return Response(MessagesOut(messages=[message_out(m) for m in delivered]))
     if not delivered:
@@ -181,14 +191,15 @@ async def dequeue_messages(
     status_code=204,
     summary="Acknowledge a message",
     response_description="Done — also when already removed, stale or timed out (idempotent).",
+    scopes=CONSUMER,
 )
 async def acknowledge_message(
     queue_id: QueueId,
     message_id: MessageId,
     data: JSONBody[AcknowledgeBody],
-    acknowledge: NamedDependency[Acknowledge],
+    messages: Messages,
 ) -> None:
-    await acknowledge(
+    await messages.acknowledge(
         AcknowledgeCommand(queue_id=queue_id, receipts=(Receipt(message_id, data.receipt_handle),))
     )
 
@@ -199,14 +210,15 @@ async def acknowledge_message(
     summary="Acknowledge 1–100 messages",
     response_description="Done, with the single acknowledge's rule per entry.",
     errors=("invalid_batch_size",),
+    scopes=CONSUMER,
 )
 async def acknowledge_messages(
     queue_id: QueueId,
     data: JSONBody[BatchAcknowledgeBody],
-    acknowledge: NamedDependency[Acknowledge],
+    messages: Messages,
 ) -> None:
     _check_batch_size(len(data.messages))
-    await acknowledge(
+    await messages.acknowledge(
         AcknowledgeCommand(
             queue_id=queue_id, receipts=[Receipt(r.id, r.receipt_handle) for r in data.messages]
         )
@@ -219,14 +231,15 @@ async def acknowledge_messages(
     summary="Change a delivery's visibility timeout",
     response_description="The lease now ends that many seconds from now (0 = release now).",
     errors=(VISIBILITY_CHANGE, StaleReceiptHandle),
+    scopes=CONSUMER,
 )
 async def change_message_visibility(
     queue_id: QueueId,
     message_id: MessageId,
     data: JSONBody[VisibilityBody],
-    change_visibility: NamedDependency[ChangeVisibility],
+    messages: Messages,
 ) -> None:
-    await change_visibility(
+    await messages.change_visibility(
         ChangeVisibilityCommand(
             queue_id=queue_id,
             receipt=Receipt(message_id, data.receipt_handle),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from litestar import delete, get, patch, post
-from litestar.di import NamedDependency
+from typing import Any
+
+from litestar import Request, delete, get, patch, post
 from litestar.params import JSONBody
 
+from retsu.adapters.http.auth import ADMIN_ONLY, CONSUMER_READ
+from retsu.adapters.http.caller import caller_of
+from retsu.adapters.http.dependencies import Cursors, Queues
 from retsu.adapters.http.dto import (
     CreateQueueBody,
     PurgedOut,
@@ -16,15 +20,13 @@ from retsu.adapters.http.dto import (
     queue_out,
     queue_with_stats_out,
 )
+from retsu.adapters.http.pages import queues_page
 from retsu.adapters.http.params import DEFAULT_LIMIT, QUEUE, Cursor, Limit, QueueId, QueueNameFilter
-from retsu.application.create_queue import CreateQueue, CreateQueueCommand
-from retsu.application.delete_queue import DeleteQueue, DeleteQueueCommand
-from retsu.application.get_queue import GetQueue
-from retsu.application.list_queues import ListQueues, ListQueuesQuery
-from retsu.application.pause_queue import PauseQueue, PauseQueueCommand, ResumeQueue
-from retsu.application.purge_queue import PurgeQueue, PurgeQueueCommand
-from retsu.application.update_queue import UpdateQueue, UpdateQueueCommand
-from retsu.domain.audit import Caller
+from retsu.application.queues import (
+    CreateQueueCommand,
+    QueueCommand,
+    UpdateQueueCommand,
+)
 from retsu.domain.errors import QueueAlreadyExists
 from retsu.domain.queue import DEFAULT_MESSAGE_TTL, MAX_DELIVERY_ATTEMPTS, VISIBILITY_TIMEOUT
 
@@ -36,19 +38,18 @@ _SETTINGS = (VISIBILITY_TIMEOUT, MAX_DELIVERY_ATTEMPTS, DEFAULT_MESSAGE_TTL)
     summary="Create a queue",
     description="Writes the audit entry `queue.created`.",
     errors=("invalid_queue_name", *_SETTINGS, QueueAlreadyExists),
+    scopes=ADMIN_ONLY,
 )
 async def add_queue(
-    data: JSONBody[CreateQueueBody],
-    create_queue: NamedDependency[CreateQueue],
-    caller: NamedDependency[Caller],
+    data: JSONBody[CreateQueueBody], queues: Queues, request: Request[Any, Any, Any]
 ) -> QueueOut:
-    queue = await create_queue(
+    queue = await queues.create(
         CreateQueueCommand(
             name=data.name,
             visibility_timeout_seconds=data.visibility_timeout_seconds,
             max_delivery_attempts=data.max_delivery_attempts,
             default_message_ttl_seconds=data.default_message_ttl_seconds,
-            caller=caller,
+            caller=caller_of(request),
         )
     )
     return queue_out(queue)
@@ -58,14 +59,16 @@ async def add_queue(
     "/v1/queues",
     summary="List queues",
     response_description="One page of queues, ordered by name in byte order.",
+    scopes=CONSUMER_READ,
 )
 async def list_queues_page(
-    list_queues: NamedDependency[ListQueues],
+    queues: Queues,
+    cursors: Cursors,
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
     name: QueueNameFilter = None,
 ) -> QueuesOut:
-    page = await list_queues(ListQueuesQuery(limit=limit, cursor=cursor, name=name))
+    page = await queues_page(queues, cursors, limit=limit, cursor=cursor, name=name)
     return QueuesOut(items=[queue_out(q) for q in page.items], next_cursor=page.next_cursor)
 
 
@@ -73,11 +76,10 @@ async def list_queues_page(
     QUEUE,
     summary="Get a queue with its statistics",
     response_description="The queue and its exact counts at the time of the request.",
+    scopes=CONSUMER_READ,
 )
-async def get_queue_with_stats(
-    queue_id: QueueId, get_queue: NamedDependency[GetQueue]
-) -> QueueWithStatsOut:
-    found = await get_queue(queue_id)
+async def get_queue_with_stats(queue_id: QueueId, queues: Queues) -> QueueWithStatsOut:
+    found = await queues.get(queue_id)
     return queue_with_stats_out(found.queue, found.stats)
 
 
@@ -88,20 +90,21 @@ async def get_queue_with_stats(
     "Writes the audit entry `queue.updated`.",
     response_description="The whole queue after the change.",
     errors=("empty_queue_update", *_SETTINGS),
+    scopes=ADMIN_ONLY,
 )
 async def change_queue(
     queue_id: QueueId,
     data: JSONBody[UpdateQueueBody],
-    update_queue: NamedDependency[UpdateQueue],
-    caller: NamedDependency[Caller],
+    queues: Queues,
+    request: Request[Any, Any, Any],
 ) -> QueueOut:
-    queue = await update_queue(
+    queue = await queues.update(
         UpdateQueueCommand(
             queue_id=queue_id,
             visibility_timeout_seconds=data.visibility_timeout_seconds,
             max_delivery_attempts=data.max_delivery_attempts,
             default_message_ttl_seconds=data.default_message_ttl_seconds,
-            caller=caller,
+            caller=caller_of(request),
         )
     )
     return queue_out(queue)
@@ -113,11 +116,10 @@ async def change_queue(
     summary="Pause a queue",
     description="While paused, enqueue, acknowledge and visibility changes still work; "
     "dequeue finds nothing. Writes the audit entry `queue.paused`.",
+    scopes=ADMIN_ONLY,
 )
-async def pause(
-    queue_id: QueueId, pause_queue: NamedDependency[PauseQueue], caller: NamedDependency[Caller]
-) -> QueueOut:
-    return queue_out(await pause_queue(PauseQueueCommand(queue_id, caller)))
+async def pause(queue_id: QueueId, queues: Queues, request: Request[Any, Any, Any]) -> QueueOut:
+    return queue_out(await queues.pause(QueueCommand(queue_id, caller_of(request))))
 
 
 @post(
@@ -125,11 +127,10 @@ async def pause(
     status_code=200,
     summary="Resume a queue",
     description="Writes the audit entry `queue.resumed`.",
+    scopes=ADMIN_ONLY,
 )
-async def resume(
-    queue_id: QueueId, resume_queue: NamedDependency[ResumeQueue], caller: NamedDependency[Caller]
-) -> QueueOut:
-    return queue_out(await resume_queue(PauseQueueCommand(queue_id, caller)))
+async def resume(queue_id: QueueId, queues: Queues, request: Request[Any, Any, Any]) -> QueueOut:
+    return queue_out(await queues.resume(QueueCommand(queue_id, caller_of(request))))
 
 
 @post(
@@ -138,11 +139,10 @@ async def resume(
     summary="Purge a queue",
     description="Removes every live message (dead letters stay). "
     "Writes the audit entry `queue.purged`.",
+    scopes=ADMIN_ONLY,
 )
-async def purge(
-    queue_id: QueueId, purge_queue: NamedDependency[PurgeQueue], caller: NamedDependency[Caller]
-) -> PurgedOut:
-    return PurgedOut(purged=await purge_queue(PurgeQueueCommand(queue_id, caller)))
+async def purge(queue_id: QueueId, queues: Queues, request: Request[Any, Any, Any]) -> PurgedOut:
+    return PurgedOut(purged=await queues.purge(QueueCommand(queue_id, caller_of(request))))
 
 
 @delete(
@@ -150,11 +150,10 @@ async def purge(
     summary="Delete a queue",
     description="Removes the queue with its messages and dead letters. "
     "Writes the audit entry `queue.deleted`.",
+    scopes=ADMIN_ONLY,
 )
-async def remove_queue(
-    queue_id: QueueId, delete_queue: NamedDependency[DeleteQueue], caller: NamedDependency[Caller]
-) -> None:
-    await delete_queue(DeleteQueueCommand(queue_id, caller))
+async def remove_queue(queue_id: QueueId, queues: Queues, request: Request[Any, Any, Any]) -> None:
+    await queues.delete(QueueCommand(queue_id, caller_of(request)))
 
 
 ROUTES = [

@@ -1,0 +1,160 @@
+"""The lists, a page at a time, as the JSON routes and the console both serve them.
+
+Each function parses the list's filters (their own error codes first), checks the limit,
+opens the cursor (bound to the list and its filters), asks the use case for the page and
+seals the next cursor — the one place a list's query string becomes a use case's query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+from uuid import UUID
+
+from retsu.adapters.http.cursors import CursorKind, Cursors
+from retsu.application.activity import (
+    ActivityService,
+    ConsumerView,
+    ListAuditLogQuery,
+    ListConsumersQuery,
+)
+from retsu.application.browsing import BrowsingService, ListMessagesQuery
+from retsu.application.dead_letters import DeadLetterService, ListDeadLettersQuery
+from retsu.application.queues import ListQueuesQuery, QueueService
+from retsu.domain.audit import AuditAction, AuditRecord
+from retsu.domain.browsing import BrowseState, MessagePosition, StoredMessage
+from retsu.domain.consumer import ConsumerHealth, ConsumerPosition
+from retsu.domain.message import DeadLetter, Priority
+from retsu.domain.pagination import (
+    DEFAULT_LIST_LIMIT,
+    LIST_LIMIT,
+    AuditPosition,
+    DeadLetterPosition,
+    QueuePosition,
+)
+from retsu.domain.queue import Queue
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Listed(Generic[T]):
+    items: list[T]
+    next_cursor: str | None
+
+
+async def queues_page(
+    queues: QueueService,
+    cursors: Cursors,
+    *,
+    limit: int = DEFAULT_LIST_LIMIT,
+    cursor: str | None = None,
+    name: str | None = None,
+) -> Listed[Queue]:
+    query = ListQueuesQuery(limit=limit, name=name)
+    scope: list[str | None] = [name]
+    after = await cursors.open(CursorKind.QUEUES, scope, cursor, QueuePosition.read)
+    page = await queues.list(query, after)
+    next_cursor = await cursors.seal(
+        CursorKind.QUEUES, scope, None if page.next is None else page.next.seal()
+    )
+    return Listed(page.items, next_cursor)
+
+
+async def dead_letters_page(
+    dead_letters: DeadLetterService,
+    cursors: Cursors,
+    queue_id: UUID,
+    *,
+    limit: int = DEFAULT_LIST_LIMIT,
+    cursor: str | None = None,
+) -> Listed[DeadLetter]:
+    query = ListDeadLettersQuery(queue_id=queue_id, limit=limit)
+    scope = [str(queue_id)]
+    after = await cursors.open(CursorKind.DEAD_LETTERS, scope, cursor, DeadLetterPosition.read)
+    page = await dead_letters.list(query, after)
+    next_cursor = await cursors.seal(
+        CursorKind.DEAD_LETTERS, scope, None if page.next is None else page.next.seal()
+    )
+    return Listed(page.items, next_cursor)
+
+
+async def messages_page(
+    browsing: BrowsingService,
+    cursors: Cursors,
+    queue_id: UUID,
+    *,
+    state: str | None = None,
+    priority: str | None = None,
+    limit: int = DEFAULT_LIST_LIMIT,
+    cursor: str | None = None,
+) -> Listed[StoredMessage]:
+    parsed_state = None if state is None else BrowseState.parse(state)
+    parsed_priority = None if priority is None else Priority.parse(priority)
+    query = ListMessagesQuery(
+        queue_id=queue_id, state=parsed_state, priority=parsed_priority, limit=limit
+    )
+    scope = [
+        str(queue_id),
+        None if parsed_state is None else parsed_state.value,
+        None if parsed_priority is None else parsed_priority.name,
+    ]
+    after = await cursors.open(
+        CursorKind.MESSAGES,
+        scope,
+        cursor,
+        lambda values: MessagePosition.read(parsed_state, values),
+    )
+    page = await browsing.list(query, after)
+    next_cursor = await cursors.seal(
+        CursorKind.MESSAGES, scope, None if page.next is None else page.next.seal(parsed_state)
+    )
+    return Listed(page.items, next_cursor)
+
+
+async def consumers_page(
+    activity: ActivityService,
+    cursors: Cursors,
+    *,
+    limit: int = DEFAULT_LIST_LIMIT,
+    cursor: str | None = None,
+    queue_id: UUID | None = None,
+    health: str | None = None,
+) -> Listed[ConsumerView]:
+    LIST_LIMIT.check(limit)  # before the filter, as the contract's examples expect
+    parsed_health = None if health is None else ConsumerHealth.parse(health)
+    query = ListConsumersQuery(limit=limit, queue_id=queue_id, health=parsed_health)
+    scope = [
+        None if queue_id is None else str(queue_id),
+        None if parsed_health is None else parsed_health.value,
+    ]
+    after = await cursors.open(CursorKind.CONSUMERS, scope, cursor, ConsumerPosition.read)
+    page = await activity.consumers(query, after)
+    next_cursor = await cursors.seal(
+        CursorKind.CONSUMERS, scope, None if page.next is None else page.next.seal()
+    )
+    return Listed(page.items, next_cursor)
+
+
+async def audit_log_page(
+    activity: ActivityService,
+    cursors: Cursors,
+    *,
+    limit: int = DEFAULT_LIST_LIMIT,
+    cursor: str | None = None,
+    queue_id: UUID | None = None,
+    action: str | None = None,
+) -> Listed[AuditRecord]:
+    LIST_LIMIT.check(limit)  # before the filter, as the contract's examples expect
+    parsed_action = None if action is None else AuditAction.parse(action)
+    query = ListAuditLogQuery(limit=limit, queue_id=queue_id, action=parsed_action)
+    scope = [
+        None if queue_id is None else str(queue_id),
+        None if parsed_action is None else parsed_action.value,
+    ]
+    after = await cursors.open(CursorKind.AUDIT_LOG, scope, cursor, AuditPosition.read)
+    page = await activity.audit_log(query, after)
+    next_cursor = await cursors.seal(
+        CursorKind.AUDIT_LOG, scope, None if page.next is None else page.next.seal()
+    )
+    return Listed(page.items, next_cursor)

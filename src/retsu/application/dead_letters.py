@@ -1,0 +1,130 @@
+"""Dead letters: list, read, redrive (one, or a bounded batch oldest first), delete
+(SPEC §3.4).
+
+These check that the queue exists through the details lookup (the shared cache, then
+PostgreSQL), never through the per-process name cache: a queue deleted through another
+API process must answer 404 here at once, and these operator routes are not hot paths.
+A redrive that moved something is announced to the long polls (a message is deliverable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from retsu.application.ports import (
+    DeadLetterRepository,
+    IdGenerator,
+    MessageSignals,
+    QueueDetails,
+    QueueEvents,
+)
+from retsu.domain.audit import AuditAction, AuditEntry, Caller
+from retsu.domain.errors import DeadLetterNotFound
+from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT, DeadLetter
+from retsu.domain.pagination import DEFAULT_LIST_LIMIT, LIST_LIMIT, DeadLetterPosition, Page
+
+
+@dataclass(frozen=True, slots=True)
+class ListDeadLettersQuery:
+    queue_id: UUID
+    limit: int = DEFAULT_LIST_LIMIT
+
+    def __post_init__(self) -> None:
+        LIST_LIMIT.check(self.limit)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterCommand:
+    """An action on one record: redrive, delete."""
+
+    queue_id: UUID
+    message_id: UUID
+    caller: Caller = field(default_factory=Caller)
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveDeadLettersCommand:
+    queue_id: UUID
+    limit: int = DEFAULT_REDRIVE_LIMIT
+    caller: Caller = field(default_factory=Caller)
+
+
+class DeadLetterService:
+    def __init__(
+        self,
+        dead_letters: DeadLetterRepository,
+        details: QueueDetails,
+        ids: IdGenerator,
+        events: QueueEvents,
+        signals: MessageSignals,
+    ) -> None:
+        self._dead_letters = dead_letters
+        self._details = details
+        self._ids = ids
+        self._events = events
+        self._signals = signals
+
+    async def list(
+        self, query: ListDeadLettersQuery, after: DeadLetterPosition | None = None
+    ) -> Page[DeadLetter, DeadLetterPosition]:
+        """Newest first, a page after ``after``."""
+        await self._details.details_of(query.queue_id)  # raises QueueNotFound
+        rows = await self._dead_letters.list_dead_letters(
+            query.queue_id, limit=query.limit + 1, after=after
+        )
+        next_position = None
+        if len(rows) > query.limit:
+            rows = rows[: query.limit]
+            next_position = rows[-1][1]
+        return Page([record for record, _ in rows], next_position)
+
+    async def get(self, queue_id: UUID, message_id: UUID) -> DeadLetter:
+        await self._details.details_of(queue_id)  # raises QueueNotFound
+        record = await self._dead_letters.get_dead_letter(queue_id, message_id)
+        if record is None:
+            raise DeadLetterNotFound(message_id)
+        return record
+
+    async def redrive(self, cmd: DeadLetterCommand) -> UUID:
+        """Put one record back on its queue; the new message's id (a new UUIDv7: attempts
+        0, the queue's default lifetime, the record's priority)."""
+        name = (await self._details.details_of(cmd.queue_id)).name  # raises QueueNotFound
+        new_id = self._ids.new_id()
+        audit = AuditEntry.of_dead_letter(
+            AuditAction.DEAD_LETTER_REDRIVEN,
+            cmd.queue_id,
+            cmd.message_id,
+            cmd.caller,
+            new_message_id=str(new_id),
+        )
+        if not await self._dead_letters.redrive_dead_letter(
+            cmd.queue_id, cmd.message_id, new_id, audit
+        ):
+            raise DeadLetterNotFound(cmd.message_id)
+        self._signals.announce(cmd.queue_id)
+        self._events.redriven(name)
+        return new_id
+
+    async def redrive_many(self, cmd: RedriveDeadLettersCommand) -> int:
+        """Put up to ``limit`` records back, oldest first; how many went back. An action
+        that moved none is still an action, and is audited as such."""
+        limit = REDRIVE_LIMIT.check(cmd.limit)
+        name = (await self._details.details_of(cmd.queue_id)).name  # raises QueueNotFound
+        new_ids = self._ids.new_ids(limit)
+        audit = AuditEntry.of_queue(
+            AuditAction.DEAD_LETTER_REDRIVEN, cmd.queue_id, cmd.caller, limit=limit
+        )
+        redriven = await self._dead_letters.redrive_dead_letters(cmd.queue_id, new_ids, audit)
+        if redriven:
+            self._signals.announce(cmd.queue_id)
+            self._events.redriven(name, redriven)
+        return redriven
+
+    async def delete(self, cmd: DeadLetterCommand) -> None:
+        await self._details.details_of(cmd.queue_id)  # raises QueueNotFound
+        audit = AuditEntry.of_dead_letter(
+            AuditAction.DEAD_LETTER_DELETED, cmd.queue_id, cmd.message_id, cmd.caller
+        )
+        if not await self._dead_letters.delete_dead_letter(cmd.queue_id, cmd.message_id, audit):
+            raise DeadLetterNotFound(cmd.message_id)

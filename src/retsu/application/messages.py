@@ -1,0 +1,250 @@
+"""The message lifecycle: enqueue (one, a batch, or under an Idempotency-Key), dequeue
+(with long polling), acknowledge and visibility changes.
+
+A change that can make a message deliverable is announced through the signals port after
+it committed (an enqueue, an idempotent enqueue that stored something, a lease released
+now), so polls waiting on the queue claim again at once — in this process, and through
+the adapter in every other one. A lease shortened to a later moment is noticed by the
+waiters' one-second re-check instead.
+
+Dequeue: one claim is one storage call; the storage reads the queue's own row for its
+settings and its paused flag in the same transaction, so a pause, or a lowered attempts
+limit, holds in every API process at once (no cached copy decides a delivery). The
+queue's name, for the dead-letter metric, comes from the name cache and only when
+something was dead-lettered.
+
+Long polling (``wait_seconds`` > 0): the poll registers with the message signals *before*
+its first claim, so a signal that arrives between an empty claim and the wait is kept (no
+lost wakeup). Then it loops: claim; if nothing, wait until the queue is signalled, the
+next scheduled moment a message may become deliverable (a delay or a lease ending,
+reported by the empty claim), at most ``RECHECK_SECONDS`` (the safety net that keeps the
+poll correct when a signal is lost), or the end of the wait — and claim again. An idle
+waiter therefore costs about one claim query a second and holds no database connection
+between claims; a paused queue's claim is one primary-key read. On shutdown the signals
+close: every waiting poll answers empty at once.
+
+A dequeue that names its consumer is reported to the consumer tracker after every claim
+(the first one is the request's start; the messages handed over are counted) and once
+more when a long poll ends empty: a dictionary update, never a database write
+(``track_consumers.py``). A dequeue of a queue that does not exist is not reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from retsu.application.ports import (
+    IdGenerator,
+    MessageRepository,
+    MessageSignals,
+    QueueDetails,
+    QueueEvents,
+    QueueNames,
+)
+from retsu.application.track_consumers import ConsumerTracker
+from retsu.domain.dequeue import DequeueOptions
+from retsu.domain.errors import InvalidInput, StaleReceiptHandle
+from retsu.domain.idempotency import IdempotentEnqueued, fingerprint, validate_idempotency_key
+from retsu.domain.message import (
+    DEAD_LETTER_BATCH_SIZE,
+    VISIBILITY_CHANGE,
+    DeliveredMessage,
+    DequeueResult,
+    MessageToStore,
+    NewMessage,
+    Receipt,
+)
+
+# The longest a waiting poll goes without asking the database (the "about one query
+# per second per idle waiter" budget, and the bound on latency when a signal is lost).
+RECHECK_SECONDS = 1.0
+# The shortest wait between two claims of one poll, so a poll never spins.
+MIN_WAIT_SECONDS = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueCommand:
+    queue_id: UUID
+    messages: Sequence[NewMessage]
+    # A batch request names the failing entry's index even when it holds one entry.
+    batch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueIdempotentCommand:
+    queue_id: UUID
+    message: NewMessage
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class DequeueCommand:
+    queue_id: UUID
+    options: DequeueOptions = field(default_factory=DequeueOptions)
+    # The Retsu-Consumer name, already checked (domain.consumer.parse_consumer_name).
+    consumer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AcknowledgeCommand:
+    queue_id: UUID
+    receipts: Sequence[Receipt]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeVisibilityCommand:
+    queue_id: UUID
+    receipt: Receipt
+    # The lease ends this many seconds from now; 0 releases the message for immediate
+    # redelivery (the attempt still counts).
+    visibility_timeout_seconds: int
+
+
+class MessageService:
+    def __init__(
+        self,
+        messages: MessageRepository,
+        details: QueueDetails,
+        names: QueueNames,
+        ids: IdGenerator,
+        events: QueueEvents,
+        signals: MessageSignals,
+        consumers: ConsumerTracker | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._messages = messages
+        self._details = details
+        self._names = names
+        self._ids = ids
+        self._events = events
+        self._signals = signals
+        self._consumers = consumers
+        self._monotonic = monotonic
+
+    # -- enqueue -----------------------------------------------------------------
+
+    async def enqueue(self, cmd: EnqueueCommand) -> list[UUID]:
+        if not any(m.needs_queue_settings for m in cmd.messages):
+            # No message needs the queue's settings (none has a delay without a lifetime
+            # of its own): the queue's name (for the metrics; an in-process cache on a
+            # warm path) is all this looks up, and storage fills in the default lifetime.
+            # Measured: a shared-cache round trip less per enqueue (docs/performance.md).
+            name = await self._names.name_of(cmd.queue_id)  # raises QueueNotFound
+            queue_id = cmd.queue_id
+            to_store = self._to_store(cmd, lambda m, i: m.to_store_with_default_lifetime(i))
+        else:
+            # The queue's settings come through the caches: enqueue never reads the
+            # queue table itself on a warm path.
+            queue = await self._details.details_of(cmd.queue_id)
+            name, queue_id = queue.name, queue.id
+            to_store = self._to_store(cmd, lambda m, i: m.to_store(i, queue.settings))
+        await self._messages.enqueue(queue_id, to_store)
+        self._signals.announce(queue_id)
+        for priority, count in Counter(m.priority for m in to_store).items():
+            self._events.enqueued(name, priority, count)
+        return [m.id for m in to_store]
+
+    def _to_store(
+        self, cmd: EnqueueCommand, convert: Callable[[NewMessage, UUID], MessageToStore]
+    ) -> list[MessageToStore]:
+        to_store = []
+        ids = self._ids.new_ids(len(cmd.messages))
+        for index, (message, new_id) in enumerate(zip(cmd.messages, ids, strict=True)):
+            try:
+                to_store.append(convert(message, new_id))
+            except InvalidInput as error:
+                if cmd.batch:
+                    raise InvalidInput(
+                        f"messages[{index}]: {error.detail}", code=error.code
+                    ) from None
+                raise
+        return to_store
+
+    async def enqueue_idempotent(self, cmd: EnqueueIdempotentCommand) -> IdempotentEnqueued:
+        """A repeat of the key with the same message (within 24 h, in the same queue)
+        answers the first message's id and stores nothing, also when the repeats race and
+        after the message was consumed; the key with a different message is a conflict."""
+        key = validate_idempotency_key(cmd.idempotency_key)
+        queue = await self._details.details_of(cmd.queue_id)
+        to_store = cmd.message.to_store(self._ids.new_id(), queue.settings)
+        result = await self._messages.enqueue_idempotent(
+            queue.id, to_store, key, fingerprint(cmd.message)
+        )
+        if not result.replayed:  # a replay stored nothing: nothing to count or announce
+            self._signals.announce(queue.id)
+            self._events.enqueued(queue.name, to_store.priority)
+        return result
+
+    # -- dequeue -----------------------------------------------------------------
+
+    async def dequeue(self, cmd: DequeueCommand) -> list[DeliveredMessage]:
+        consumer = cmd.consumer if self._consumers is not None else None
+        if cmd.options.wait_seconds <= 0 or self._signals.closed:
+            return (await self._claim(cmd.queue_id, cmd.options, consumer)).messages
+        messages = await self._long_poll(cmd.queue_id, cmd.options, consumer)
+        if consumer is not None and not messages:
+            self._seen(cmd.queue_id, consumer, 0)  # the end of an empty long poll
+        return messages
+
+    def _seen(self, queue_id: UUID, consumer: str, deliveries: int) -> None:
+        assert self._consumers is not None
+        self._consumers.seen(queue_id, consumer, deliveries)
+
+    async def _long_poll(
+        self, queue_id: UUID, options: DequeueOptions, consumer: str | None
+    ) -> list[DeliveredMessage]:
+        deadline = self._monotonic() + options.wait_seconds
+        # Registered before the first claim: a signal from now on is kept.
+        with self._signals.watch(queue_id) as watch:
+            while True:
+                result = await self._claim(queue_id, options, consumer)
+                if result.messages:
+                    return result.messages
+                remaining = deadline - self._monotonic()
+                if remaining <= 0 or self._signals.closed:
+                    return []
+                timeout = min(remaining, RECHECK_SECONDS)
+                if result.next_available_in_seconds is not None:
+                    timeout = min(timeout, max(result.next_available_in_seconds, MIN_WAIT_SECONDS))
+                await watch.wait(timeout)
+                if self._signals.closed:
+                    return []  # shutdown: answer empty at once, no further claim
+
+    async def _claim(
+        self, queue_id: UUID, options: DequeueOptions, consumer: str | None
+    ) -> DequeueResult:
+        result = await self._messages.dequeue(
+            queue_id,
+            limit=options.limit,
+            visibility_timeout_seconds=options.visibility_timeout_seconds,
+            dead_letter_batch_size=DEAD_LETTER_BATCH_SIZE,
+        )
+        if consumer is not None:
+            self._seen(queue_id, consumer, len(result.messages))
+        if result.dead_lettered:
+            self._events.dead_lettered(await self._names.name_of(queue_id), result.dead_lettered)
+        return result
+
+    # -- after a delivery ----------------------------------------------------------
+
+    async def acknowledge(self, cmd: AcknowledgeCommand) -> int:
+        """Idempotent: a stale receipt removes nothing. How many were removed."""
+        name = await self._names.name_of(cmd.queue_id)  # raises QueueNotFound
+        removed = await self._messages.acknowledge(cmd.queue_id, cmd.receipts)
+        if removed:
+            self._events.acknowledged(name, removed)
+        return removed
+
+    async def change_visibility(self, cmd: ChangeVisibilityCommand) -> None:
+        """Extend or end the lease of the current delivery; StaleReceiptHandle when the
+        receipt is not the message's current, unexpired delivery."""
+        timeout = VISIBILITY_CHANGE.check(cmd.visibility_timeout_seconds)
+        await self._names.name_of(cmd.queue_id)  # raises QueueNotFound
+        if not await self._messages.change_visibility(cmd.queue_id, cmd.receipt, timeout):
+            raise StaleReceiptHandle()
+        if timeout == 0:  # released now: deliverable at once
+            self._signals.announce(cmd.queue_id)
