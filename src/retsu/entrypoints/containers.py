@@ -10,6 +10,7 @@ storage at once with a container that has ``StorageContainer``'s provider names
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from dependency_injector import containers, providers
 
@@ -86,6 +87,16 @@ def provider_map(container: containers.Container) -> dict[str, providers.Provide
 
 def _milliseconds(value: int) -> float:
     return value / 1000
+
+
+def _batch_schedule(section: Any) -> BatchSchedule:
+    """A cleaner's schedule from its settings section (batch size, interval, the delay after
+    a full batch)."""
+    return BatchSchedule(
+        batch_size=section.batch_size,
+        interval_seconds=section.processing_interval_seconds,
+        saturated_batch_delay_seconds=_milliseconds(section.saturated_batch_delay_milliseconds),
+    )
 
 
 def _listen_application_name(application_name: str) -> str:
@@ -440,13 +451,7 @@ class WorkerContainer(containers.DeclarativeContainer):
             history=storage.history,
         ),
         schedule=providers.Factory(
-            BatchSchedule,
-            batch_size=settings.provided.worker.queue.expired_message_cleaner.batch_size,
-            interval_seconds=settings.provided.worker.queue.expired_message_cleaner.processing_interval_seconds,
-            saturated_batch_delay_seconds=providers.Callable(
-                _milliseconds,
-                settings.provided.worker.queue.expired_message_cleaner.saturated_batch_delay_milliseconds,
-            ),
+            _batch_schedule, settings.provided.worker.queue.expired_message_cleaner
         ),
         sleeper=sleeper,
     )
@@ -460,13 +465,7 @@ class WorkerContainer(containers.DeclarativeContainer):
             retention_seconds=settings.provided.worker.queue.dead_letter_message_cleaner.retention_seconds,
         ),
         schedule=providers.Factory(
-            BatchSchedule,
-            batch_size=settings.provided.worker.queue.dead_letter_message_cleaner.batch_size,
-            interval_seconds=settings.provided.worker.queue.dead_letter_message_cleaner.processing_interval_seconds,
-            saturated_batch_delay_seconds=providers.Callable(
-                _milliseconds,
-                settings.provided.worker.queue.dead_letter_message_cleaner.saturated_batch_delay_milliseconds,
-            ),
+            _batch_schedule, settings.provided.worker.queue.dead_letter_message_cleaner
         ),
         sleeper=sleeper,
     )

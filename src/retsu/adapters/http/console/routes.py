@@ -607,6 +607,18 @@ def _queue_filter(queue_id: str | None) -> UUID | None:
         raise InvalidInput("queue_id must be a UUID.", code="invalid_queue_id") from None
 
 
+async def _queue_choices(
+    queues: QueueService, cursors: Cursors, chosen: UUID | None
+) -> dict[str, Any]:
+    """What a page's queue filter offers: the first queues by name, and the chosen one."""
+    choices = await queues_page(queues, cursors, limit=QUEUE_CHOICES)
+    return {
+        "queues": choices.items,
+        "names": {str(q.id): q.name for q in choices.items},
+        "queue_id": str(chosen) if chosen else "",
+    }
+
+
 @get("/consumers")
 async def consumers(
     ctx: Ctx,
@@ -626,16 +638,13 @@ async def consumers(
         queue_id=queue_filter,
         health=health or None,
     )
-    choices = await queues_page(queues, cursors, limit=QUEUE_CHOICES)
     return page(
         ctx,
         "consumers.html",
         consumers=listed.items,
         next_cursor=listed.next_cursor,
         cursor=cursor,
-        queues=choices.items,
-        names={str(q.id): q.name for q in choices.items},
-        queue_id=str(queue_filter) if queue_filter else "",
+        **await _queue_choices(queues, cursors, queue_filter),
         health=health or "",
         healths=[h.value for h in ConsumerHealth],
         now=datetime.now(UTC),
@@ -664,17 +673,14 @@ async def audit_log(
         queue_id=queue_filter,
         action=action or None,
     )
-    choices = await queues_page(queues, cursors, limit=QUEUE_CHOICES)
     return page(
         ctx,
         "audit.html",
         records=records.items,
         next_cursor=records.next_cursor,
         cursor=cursor,
-        queues=choices.items,
-        names={str(q.id): q.name for q in choices.items},
+        **await _queue_choices(queues, cursors, queue_filter),
         actions=[a.value for a in AuditAction],
-        queue_id=str(queue_filter) if queue_filter else "",
         action=action or "",
     )
 
