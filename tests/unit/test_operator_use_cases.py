@@ -223,6 +223,11 @@ async def test_creating_a_queue_writes_an_audit_row_naming_the_caller(world: Wor
         "visibility_timeout_seconds": 7,
         "max_delivery_attempts": 5,
         "default_message_ttl_seconds": 604_800,
+        "group_max_in_flight": 1,
+        "max_in_flight": None,
+        "rate_limit": None,
+        "group_rate_limit": None,
+        "completed_retention_seconds": 0,
     }
 
 

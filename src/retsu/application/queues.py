@@ -9,7 +9,9 @@ a delete makes them answer 404 at once).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 from retsu.application.ports import (
@@ -34,22 +36,33 @@ from retsu.domain.queue import (
 from retsu.domain.state import QueueStats
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CreateQueueCommand:
+    """A new queue: its name and the settings the request gives (absent or None: the
+    default; rate limits as ``{"per_second", "burst"?}`` or ``RateLimit``)."""
+
     name: str
-    visibility_timeout_seconds: int | None = None
-    max_delivery_attempts: int | None = None
-    default_message_ttl_seconds: int | None = None
-    caller: Caller = field(default_factory=Caller)
+    settings: Mapping[str, Any]
+    caller: Caller
+
+    def __init__(self, name: str, *, caller: Caller | None = None, **settings: Any) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "settings", settings)
+        object.__setattr__(self, "caller", caller or Caller())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class UpdateQueueCommand:
+    """A settings change: only the settings the request gives (None removes a limit)."""
+
     queue_id: UUID
-    visibility_timeout_seconds: int | None = None
-    max_delivery_attempts: int | None = None
-    default_message_ttl_seconds: int | None = None
-    caller: Caller = field(default_factory=Caller)
+    changes: Mapping[str, Any]
+    caller: Caller
+
+    def __init__(self, queue_id: UUID, *, caller: Caller | None = None, **changes: Any) -> None:
+        object.__setattr__(self, "queue_id", queue_id)
+        object.__setattr__(self, "changes", changes)
+        object.__setattr__(self, "caller", caller or Caller())
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +110,7 @@ class QueueService:
 
     async def create(self, cmd: CreateQueueCommand) -> Queue:
         name = validate_queue_name(cmd.name)
-        settings = QueueSettings.from_optional(
-            visibility_timeout_seconds=cmd.visibility_timeout_seconds,
-            max_delivery_attempts=cmd.max_delivery_attempts,
-            default_message_ttl_seconds=cmd.default_message_ttl_seconds,
-        )
+        settings = QueueSettings.from_optional(**cmd.settings)
         now = self._clock.now()
         queue_id = self._ids.new_id()
         audit = AuditEntry.of_queue(
@@ -109,9 +118,7 @@ class QueueService:
             queue_id,
             cmd.caller,
             name=name,
-            visibility_timeout_seconds=settings.visibility_timeout_seconds,
-            max_delivery_attempts=settings.max_delivery_attempts,
-            default_message_ttl_seconds=settings.default_message_ttl_seconds,
+            **settings.as_dict(),
         )
         queue = await self._queues.add_queue(
             Queue(
@@ -130,11 +137,7 @@ class QueueService:
         return queue
 
     async def update(self, cmd: UpdateQueueCommand) -> Queue:
-        update = QueueSettingsUpdate(
-            visibility_timeout_seconds=cmd.visibility_timeout_seconds,
-            max_delivery_attempts=cmd.max_delivery_attempts,
-            default_message_ttl_seconds=cmd.default_message_ttl_seconds,
-        ).require_change()
+        update = QueueSettingsUpdate.parse(cmd.changes).require_change()
         audit = AuditEntry.of_queue(
             AuditAction.QUEUE_UPDATED, cmd.queue_id, cmd.caller, changes=update.changes()
         )

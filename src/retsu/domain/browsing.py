@@ -92,6 +92,9 @@ class StoredMessage:
     # The dead letter it was redriven from, else None.
     redriven_from: UUID | None
     enqueue_order: int
+    group: str | None = None
+    # The schedule whose due time enqueued it (SPEC §3.12), else None.
+    schedule_id: UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

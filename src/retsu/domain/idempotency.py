@@ -37,20 +37,25 @@ def validate_idempotency_key(key: str) -> str:
 def fingerprint(message: NewMessage) -> bytes:
     """SHA-256 of a canonical encoding of the parsed message.
 
-    Two requests carry "the same message" when payload, priority, ttl_seconds and
-    delay_seconds are equal after parsing: JSON spelling (key order, whitespace,
+    Two requests carry "the same message" when payload, priority, ttl_seconds,
+    delay_seconds and group are equal after parsing: JSON spelling (key order, whitespace,
     escapes) does not matter, an explicit ``null`` equals an absent field, and an
     absent delay equals a delay of 0 (both mean "deliverable at once"). An absent
     ttl differs from an explicit one: it follows the queue's default, which can change.
     """
+    parts: list[object] = [
+        _FINGERPRINT_VERSION,
+        message.payload,
+        message.priority.name,
+        message.ttl_seconds,
+        message.delay_seconds or 0,
+    ]
+    if message.group is not None:
+        # Only when given: a message without a group keeps the fingerprint it always had,
+        # so keys stored before groups existed still replay.
+        parts.append(message.group)
     canonical = json.dumps(
-        [
-            _FINGERPRINT_VERSION,
-            message.payload,
-            message.priority.name,
-            message.ttl_seconds,
-            message.delay_seconds or 0,
-        ],
+        parts,
         separators=(",", ":"),
         ensure_ascii=True,
     )

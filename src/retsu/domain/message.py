@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -24,6 +25,23 @@ DEFAULT_REDRIVE_LIMIT = 100
 DEAD_LETTER_BATCH_SIZE = 100
 
 REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED = "MAX_DELIVERY_ATTEMPTS_EXHAUSTED"
+
+GROUP_MAX_LENGTH = 128
+_GROUP = re.compile(r"[\x21-\x7e]+")
+
+
+def validate_group(group: str) -> str:
+    """A message group (SPEC §3.10): 1–128 visible ASCII characters, else ``invalid_group``."""
+    if (
+        not isinstance(group, str)
+        or not 1 <= len(group) <= GROUP_MAX_LENGTH
+        or _GROUP.fullmatch(group) is None
+    ):
+        raise InvalidInput(
+            f"group must be 1 to {GROUP_MAX_LENGTH} visible ASCII characters.",
+            code="invalid_group",
+        )
+    return group
 
 
 class Priority(enum.IntEnum):
@@ -60,6 +78,8 @@ class NewMessage:
     priority: Priority
     ttl_seconds: int | None = None
     delay_seconds: int | None = None
+    # The ordered, fairly served lane of its queue (SPEC §3.10); None: no group.
+    group: str | None = None
 
     @classmethod
     def parse(
@@ -68,12 +88,14 @@ class NewMessage:
         priority: str,
         ttl_seconds: int | None = None,
         delay_seconds: int | None = None,
+        group: str | None = None,
     ) -> NewMessage:
         return cls(
             payload=validate_payload(payload),
             priority=Priority.parse(priority),
             ttl_seconds=None if ttl_seconds is None else MESSAGE_TTL.check(ttl_seconds),
             delay_seconds=None if delay_seconds is None else MESSAGE_DELAY.check(delay_seconds),
+            group=None if group is None else validate_group(group),
         )
 
     def lifetime_in(self, settings: QueueSettings) -> int:
@@ -100,7 +122,7 @@ class NewMessage:
         if self.needs_queue_settings:
             raise ValueError("this message's delay must be checked against the queue default")
         if self.ttl_seconds is None:
-            return MessageToStore(message_id, self.payload, self.priority, None, 0)
+            return MessageToStore(message_id, self.payload, self.priority, None, 0, self.group)
         return self._checked(message_id, self.ttl_seconds)
 
     def _checked(self, message_id: UUID, lifetime: int) -> MessageToStore:
@@ -117,6 +139,7 @@ class NewMessage:
             priority=self.priority,
             ttl_seconds=lifetime,
             delay_seconds=delay,
+            group=self.group,
         )
 
 
@@ -131,6 +154,9 @@ class MessageToStore:
     priority: Priority
     ttl_seconds: int | None
     delay_seconds: int
+    group: str | None = None
+    # The schedule whose due time made this message (SPEC §3.12), else None.
+    schedule_id: UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +169,7 @@ class DeliveredMessage:
     receipt_handle: str
     delivery_attempts: int
     enqueued_at: datetime
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +183,7 @@ class DeadLetter:
     last_delivered_at: datetime | None
     dead_lettered_at: datetime
     reason: str
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

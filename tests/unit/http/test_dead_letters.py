@@ -19,6 +19,7 @@ DEAD_LETTER_KEYS = {
     "last_delivered_at",
     "dead_lettered_at",
     "reason",
+    "group",
 }
 
 

@@ -21,6 +21,8 @@ ITEM_KEYS = {
     "available_at",
     "last_delivered_at",
     "redriven_from",
+    "group",
+    "schedule_id",
 }
 
 

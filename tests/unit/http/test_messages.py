@@ -11,7 +11,15 @@ from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.storage import MemoryStorage
 from tests.unit.http.helpers import Client, NewQueue, assert_problem
 
-MESSAGE_KEYS = {"id", "payload", "priority", "receipt_handle", "delivery_attempts", "enqueued_at"}
+MESSAGE_KEYS = {
+    "id",
+    "payload",
+    "priority",
+    "group",
+    "receipt_handle",
+    "delivery_attempts",
+    "enqueued_at",
+}
 
 
 async def _enqueue(client: Client, queue_id: str, payload: str, priority: str, **extra: Any) -> str:

@@ -16,6 +16,11 @@ QUEUE_KEYS = {
     "max_delivery_attempts",
     "default_message_ttl_seconds",
     "paused",
+    "group_max_in_flight",
+    "max_in_flight",
+    "rate_limit",
+    "group_rate_limit",
+    "completed_retention_seconds",
 }
 STATS_KEYS = {"ready", "in_flight", "delayed", "dead_letters", "oldest_ready_age_seconds"}
 

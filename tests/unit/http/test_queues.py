@@ -15,6 +15,11 @@ QUEUE_KEYS = {
     "max_delivery_attempts",
     "default_message_ttl_seconds",
     "paused",
+    "group_max_in_flight",
+    "max_in_flight",
+    "rate_limit",
+    "group_rate_limit",
+    "completed_retention_seconds",
 }
 
 # field, lowest accepted, highest accepted, error code
@@ -22,6 +27,9 @@ SETTINGS = [
     ("visibility_timeout_seconds", 1, 21_600, "invalid_visibility_timeout"),
     ("max_delivery_attempts", 1, 100, "invalid_max_delivery_attempts"),
     ("default_message_ttl_seconds", 1, 2_592_000, "invalid_default_message_ttl"),
+    ("group_max_in_flight", 1, 10_000, "invalid_group_max_in_flight"),
+    ("max_in_flight", 1, 1_000_000, "invalid_max_in_flight"),
+    ("completed_retention_seconds", 0, 604_800, "invalid_completed_retention"),
 ]
 
 
@@ -38,6 +46,11 @@ async def test_create_queue_with_defaults(client: Client) -> None:
         "visibility_timeout_seconds": 30,
         "max_delivery_attempts": 5,
         "default_message_ttl_seconds": 604_800,
+        "group_max_in_flight": 1,
+        "max_in_flight": None,
+        "rate_limit": None,
+        "group_rate_limit": None,
+        "completed_retention_seconds": 0,
         "paused": False,
     }
 

@@ -20,6 +20,7 @@ from retsu.domain.browsing import BrowseState, StoredMessage
 from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS
 from retsu.domain.message import (
     DEFAULT_REDRIVE_LIMIT,
+    GROUP_MAX_LENGTH,
     MESSAGE_DELAY,
     MESSAGE_TTL,
     REDRIVE_LIMIT,
@@ -29,14 +30,23 @@ from retsu.domain.message import (
     Priority,
 )
 from retsu.domain.queue import (
+    COMPLETED_RETENTION,
+    DEFAULT_COMPLETED_RETENTION_SECONDS,
+    DEFAULT_GROUP_MAX_IN_FLIGHT,
     DEFAULT_MAX_DELIVERY_ATTEMPTS,
     DEFAULT_MESSAGE_TTL,
     DEFAULT_MESSAGE_TTL_SECONDS,
     DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+    GROUP_MAX_IN_FLIGHT,
     MAX_DELIVERY_ATTEMPTS,
+    MAX_IN_FLIGHT,
     NAME_MAX_LENGTH,
+    RATE_BURST,
+    RATE_PER_SECOND_HIGH,
+    RATE_PER_SECOND_LOW,
     VISIBILITY_TIMEOUT,
     Queue,
+    RateLimit,
 )
 from retsu.domain.ranges import IntRange
 from retsu.domain.state import QueueStats
@@ -79,6 +89,44 @@ _BATCH = KwargDefinition(
 )
 
 
+class RateLimitBody(msgspec.Struct, forbid_unknown_fields=True):
+    """A token bucket: over any window of t seconds at most burst + per_second × t
+    deliveries."""
+
+    per_second: Annotated[
+        float,
+        KwargDefinition(
+            ge=RATE_PER_SECOND_LOW,
+            le=RATE_PER_SECOND_HIGH,
+            description=f"{RATE_PER_SECOND_LOW}–{RATE_PER_SECOND_HIGH:g}; else "
+            "`invalid_rate_limit`.",
+        ),
+    ]
+    burst: Annotated[int | None, _range(RATE_BURST, "Default: max(1, ceil(per_second)).")] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"per_second": self.per_second, "burst": self.burst}
+
+
+_RATE_LIMIT = KwargDefinition(
+    description="A token bucket for the queue's deliveries (redeliveries count); null: none."
+)
+_GROUP_RATE_LIMIT = KwargDefinition(
+    description="The same bucket for each group on its own; null: none."
+)
+_MAX_IN_FLIGHT = _range(MAX_IN_FLIGHT, "At most this many active leases; null: no cap.")
+_GROUP_MAX = _range(
+    GROUP_MAX_IN_FLIGHT,
+    "At most this many messages of one group leased at once (1: an ordered lane).",
+    default=DEFAULT_GROUP_MAX_IN_FLIGHT,
+)
+_RETENTION = _range(
+    COMPLETED_RETENTION,
+    "How long an acknowledged message is kept as completed (0: gone at once).",
+    default=DEFAULT_COMPLETED_RETENTION_SECONDS,
+)
+
+
 class CreateQueueBody(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, _QUEUE_NAME]
     visibility_timeout_seconds: Annotated[
@@ -90,12 +138,58 @@ class CreateQueueBody(msgspec.Struct, forbid_unknown_fields=True):
     default_message_ttl_seconds: Annotated[
         int | None, _range(DEFAULT_MESSAGE_TTL, default=DEFAULT_MESSAGE_TTL_SECONDS)
     ] = None
+    group_max_in_flight: Annotated[int | None, _GROUP_MAX] = None
+    max_in_flight: Annotated[int | None, _MAX_IN_FLIGHT] = None
+    rate_limit: Annotated[RateLimitBody | None, _RATE_LIMIT] = None
+    group_rate_limit: Annotated[RateLimitBody | None, _GROUP_RATE_LIMIT] = None
+    completed_retention_seconds: Annotated[int | None, _RETENTION] = None
+
+    def settings(self) -> dict[str, Any]:
+        """The settings given (None: the default), rate limits as mappings."""
+        return {name: _plain(getattr(self, name)) for name in _SETTING_FIELDS}
 
 
 class UpdateQueueBody(msgspec.Struct, forbid_unknown_fields=True):
+    """Any subset of the settings. ``null`` is "absent" (SPEC §3.1), except for the three
+    limits, where it removes the limit: those distinguish an absent field (UNSET)."""
+
     visibility_timeout_seconds: Annotated[int | None, _VISIBILITY] = None
     max_delivery_attempts: Annotated[int | None, _ATTEMPTS] = None
     default_message_ttl_seconds: Annotated[int | None, _DEFAULT_TTL] = None
+    group_max_in_flight: Annotated[int | None, _range(GROUP_MAX_IN_FLIGHT)] = None
+    max_in_flight: Annotated[int | msgspec.UnsetType | None, _MAX_IN_FLIGHT] = msgspec.UNSET
+    rate_limit: Annotated[RateLimitBody | msgspec.UnsetType | None, _RATE_LIMIT] = msgspec.UNSET
+    group_rate_limit: Annotated[RateLimitBody | msgspec.UnsetType | None, _GROUP_RATE_LIMIT] = (
+        msgspec.UNSET
+    )
+    completed_retention_seconds: Annotated[int | None, _range(COMPLETED_RETENTION)] = None
+
+    def changes(self) -> dict[str, Any]:
+        """The settings this request changes (a removed limit as None)."""
+        found: dict[str, Any] = {}
+        for name in _SETTING_FIELDS:
+            value = getattr(self, name)
+            if value is msgspec.UNSET or (value is None and name not in _NULLABLE):
+                continue
+            found[name] = _plain(value)
+        return found
+
+
+_SETTING_FIELDS = (
+    "visibility_timeout_seconds",
+    "max_delivery_attempts",
+    "default_message_ttl_seconds",
+    "group_max_in_flight",
+    "max_in_flight",
+    "rate_limit",
+    "group_rate_limit",
+    "completed_retention_seconds",
+)
+_NULLABLE = frozenset({"max_in_flight", "rate_limit", "group_rate_limit"})
+
+
+def _plain(value: Any) -> Any:
+    return value.as_dict() if isinstance(value, RateLimitBody) else value
 
 
 class MessageBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -119,6 +213,15 @@ class MessageBody(msgspec.Struct, forbid_unknown_fields=True):
     delay_seconds: Annotated[
         int | None,
         _range(MESSAGE_DELAY, "Deliverable only after this delay, shorter than the lifetime.", 0),
+    ] = None
+    group: Annotated[
+        str | None,
+        KwargDefinition(
+            min_length=1,
+            max_length=GROUP_MAX_LENGTH,
+            description="The message's group: an ordered, fairly served lane of its queue. "
+            "1–128 visible ASCII characters; else `invalid_group`.",
+        ),
     ] = None
 
 
@@ -166,6 +269,11 @@ class RedriveBody(msgspec.Struct, forbid_unknown_fields=True):
 # -- responses ----------------------------------------------------------------------
 
 
+class RateLimitOut(msgspec.Struct, gc=False):
+    per_second: float
+    burst: int
+
+
 class QueueOut(msgspec.Struct, gc=False):
     id: UUID
     name: str
@@ -173,6 +281,11 @@ class QueueOut(msgspec.Struct, gc=False):
     max_delivery_attempts: int
     default_message_ttl_seconds: int
     paused: bool
+    group_max_in_flight: int
+    max_in_flight: int | None
+    rate_limit: RateLimitOut | None
+    group_rate_limit: RateLimitOut | None
+    completed_retention_seconds: int
 
 
 class StatsOut(msgspec.Struct, gc=False):
@@ -183,13 +296,7 @@ class StatsOut(msgspec.Struct, gc=False):
     oldest_ready_age_seconds: float
 
 
-class QueueWithStatsOut(msgspec.Struct, gc=False):
-    id: UUID
-    name: str
-    visibility_timeout_seconds: int
-    max_delivery_attempts: int
-    default_message_ttl_seconds: int
-    paused: bool
+class QueueWithStatsOut(QueueOut, gc=False):
     stats: StatsOut
 
 
@@ -206,6 +313,7 @@ class DeadLetterOut(msgspec.Struct, gc=False):
     id: UUID
     payload: str
     priority: PriorityName
+    group: str | None
     delivery_attempts: int
     enqueued_at: datetime
     last_delivered_at: datetime | None
@@ -250,6 +358,7 @@ class MessageOut(msgspec.Struct, gc=False):
     id: UUID
     payload: str
     priority: PriorityName
+    group: str | None
     receipt_handle: Annotated[
         str, KwargDefinition(description="Opaque; valid for this delivery only.")
     ]
@@ -286,6 +395,10 @@ class StoredMessageOut(msgspec.Struct, gc=False):
         UUID | None,
         KwargDefinition(description="The dead letter a redrive made this message from."),
     ]
+    group: str | None
+    schedule_id: Annotated[
+        UUID | None, KwargDefinition(description="The schedule that enqueued this message.")
+    ]
 
 
 class StoredMessagesOut(msgspec.Struct):
@@ -300,16 +413,29 @@ class StatusOut(msgspec.Struct, gc=False):
 _PRIORITY_NAMES = {p: p.name for p in Priority}
 
 
-def queue_out(queue: Queue) -> QueueOut:
+def _rate_out(limit: RateLimit | None) -> RateLimitOut | None:
+    return None if limit is None else RateLimitOut(per_second=limit.per_second, burst=limit.burst)
+
+
+def _queue_fields(queue: Queue) -> dict[str, Any]:
     settings = queue.settings
-    return QueueOut(
-        id=queue.id,
-        name=queue.name,
-        visibility_timeout_seconds=settings.visibility_timeout_seconds,
-        max_delivery_attempts=settings.max_delivery_attempts,
-        default_message_ttl_seconds=settings.default_message_ttl_seconds,
-        paused=queue.paused,
-    )
+    return {
+        "id": queue.id,
+        "name": queue.name,
+        "visibility_timeout_seconds": settings.visibility_timeout_seconds,
+        "max_delivery_attempts": settings.max_delivery_attempts,
+        "default_message_ttl_seconds": settings.default_message_ttl_seconds,
+        "paused": queue.paused,
+        "group_max_in_flight": settings.group_max_in_flight,
+        "max_in_flight": settings.max_in_flight,
+        "rate_limit": _rate_out(settings.rate_limit),
+        "group_rate_limit": _rate_out(settings.group_rate_limit),
+        "completed_retention_seconds": settings.completed_retention_seconds,
+    }
+
+
+def queue_out(queue: Queue) -> QueueOut:
+    return QueueOut(**_queue_fields(queue))
 
 
 def _utc(moment: datetime) -> datetime:
@@ -317,14 +443,8 @@ def _utc(moment: datetime) -> datetime:
 
 
 def queue_with_stats_out(queue: Queue, stats: QueueStats) -> QueueWithStatsOut:
-    settings = queue.settings
     return QueueWithStatsOut(
-        id=queue.id,
-        name=queue.name,
-        visibility_timeout_seconds=settings.visibility_timeout_seconds,
-        max_delivery_attempts=settings.max_delivery_attempts,
-        default_message_ttl_seconds=settings.default_message_ttl_seconds,
-        paused=queue.paused,
+        **_queue_fields(queue),
         stats=StatsOut(
             ready=stats.ready,
             in_flight=stats.in_flight,
@@ -341,6 +461,7 @@ def dead_letter_out(record: DeadLetter) -> DeadLetterOut:
         id=record.id,
         payload=record.payload,
         priority=_PRIORITY_NAMES[record.priority],
+        group=record.group,
         delivery_attempts=record.delivery_attempts,
         enqueued_at=_utc(record.enqueued_at),
         last_delivered_at=(
@@ -365,6 +486,8 @@ def stored_message_out(message: StoredMessage) -> StoredMessageOut:
             None if message.last_delivered_at is None else _utc(message.last_delivered_at)
         ),
         redriven_from=message.redriven_from,
+        group=message.group,
+        schedule_id=message.schedule_id,
     )
 
 
@@ -386,6 +509,7 @@ def message_out(message: DeliveredMessage) -> MessageOut:
         id=message.id,
         payload=message.payload,
         priority=_PRIORITY_NAMES[message.priority],
+        group=message.group,
         receipt_handle=message.receipt_handle,
         delivery_attempts=message.delivery_attempts,
         enqueued_at=_utc(message.enqueued_at),

@@ -60,6 +60,8 @@ class BrowsingPart(MemoryTables):
             available_at=message.available_after,
             last_delivered_at=message.last_delivered_at,
             redriven_from=message.redriven_from,
+            group=message.group,
+            schedule_id=message.schedule_id,
             enqueue_order=message.enqueue_order,
         )
 

@@ -59,6 +59,7 @@ class DeadLettersPart(MemoryTables):
             expires_at=now + timedelta(seconds=queue.settings.default_message_ttl_seconds),
             available_after=now,
             redriven_from=stored.record.id,
+            group=stored.record.group,
         )
         self.totals[queue.id]["enqueued"] += 1
 

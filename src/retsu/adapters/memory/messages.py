@@ -62,6 +62,8 @@ class MessagesPart(MemoryTables):
                 enqueued_at=now,
                 expires_at=now + timedelta(seconds=lifetime),
                 available_after=now + timedelta(seconds=message.delay_seconds),
+                group=message.group,
+                schedule_id=message.schedule_id,
             )
         self.totals[queue_id]["enqueued"] += len(messages)
 
@@ -118,6 +120,7 @@ class MessagesPart(MemoryTables):
                     last_delivered_at=message.last_delivered_at,
                     dead_lettered_at=now,
                     reason=REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
+                    group=message.group,
                 ),
                 message.enqueue_order,
             )
@@ -152,6 +155,7 @@ class MessagesPart(MemoryTables):
                     receipt_handle=str(message.receipt_handle),
                     delivery_attempts=message.delivery_attempts,
                     enqueued_at=message.enqueued_at,
+                    group=message.group,
                 )
             )
         self.totals[queue_id]["delivered"] += len(delivered)

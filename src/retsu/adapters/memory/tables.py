@@ -52,6 +52,8 @@ class StoredMessage:
     receipt_handle: UUID | None = None
     last_delivered_at: datetime | None = None
     redriven_from: UUID | None = None
+    group: str | None = None
+    schedule_id: UUID | None = None
 
 
 @dataclass(slots=True)

@@ -48,8 +48,8 @@ from retsu.domain.receipt import parse_receipt_handle
 # changes commit with synchronous_commit off, a lost one being a redelivery, which
 # at-least-once delivery already allows — see the migration).
 _ENQUEUE = sa.text(
-    "SELECT queue_found, invalid_delay_at "
-    "FROM retsu_enqueue(:queue_id, :ids, :payloads, :priorities, :ttls, :delays)"
+    "SELECT queue_found, invalid_delay_at FROM retsu_enqueue("
+    ":queue_id, :ids, :payloads, :priorities, :ttls, :delays, :groups, :schedule_ids)"
 )
 _DEQUEUE = sa.text(
     "SELECT * FROM retsu_dequeue(:queue_id, :limit, :visibility_timeout, :elapsed_batch, :reason)"
@@ -80,7 +80,8 @@ _ENQUEUE_ONE = sa.text(
     "SELECT queue_found, invalid_delay_at FROM retsu_enqueue(CAST(:queue_id AS uuid), "
     "ARRAY[CAST(:id AS uuid)], ARRAY[CAST(:payload AS text)], "
     "ARRAY[CAST(:priority AS smallint)], ARRAY[CAST(:ttl AS integer)], "
-    "ARRAY[CAST(:delay AS integer)])"
+    "ARRAY[CAST(:delay AS integer)], ARRAY[CAST(:group AS text)], "
+    "ARRAY[CAST(:schedule_id AS uuid)])"
 )
 # ... and when the key was taken: the winner's row, read with a fresh snapshot (a new
 # statement), so a winner that committed while we waited is seen.
@@ -111,6 +112,8 @@ class PostgresMessages:
             "priorities": [int(m.priority) for m in messages],
             "ttls": [m.ttl_seconds for m in messages],
             "delays": [m.delay_seconds for m in messages],
+            "groups": [m.group for m in messages],
+            "schedule_ids": [m.schedule_id for m in messages],
         }
         try:
             (row,) = await self._database.hot(_HOT_ENQUEUE, parameters, repeatable=False)
@@ -172,6 +175,8 @@ class PostgresMessages:
             "priority": int(message.priority),
             "ttl": message.ttl_seconds,
             "delay": message.delay_seconds,
+            "group": message.group,
+            "schedule_id": message.schedule_id,
         }
 
         async def claim(connection: AsyncConnection) -> tuple[bool, Any]:

@@ -32,7 +32,7 @@ from retsu.adapters.postgres.tables import (
 from retsu.domain.audit import AuditEntry
 from retsu.domain.errors import QueueAlreadyExists
 from retsu.domain.pagination import QueuePosition
-from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
+from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate, RateLimit
 
 # Operator bulk changes (purge, delete, redrives) give way to message traffic this many
 # times before answering 503 busy (see Database.yielding): about 4 s in all (each try waits
@@ -57,6 +57,25 @@ _PURGE = sa.text(
 _UNCOUNT = sa.text(UNCOUNT_REMOVED)
 
 
+def _rate(per_second: float | None, burst: int | None) -> RateLimit | None:
+    return None if per_second is None or burst is None else RateLimit(per_second, burst)
+
+
+def settings_columns(settings: QueueSettings | QueueSettingsUpdate) -> dict[str, Any]:
+    """The queue table's columns of the settings given (an update: only those it changes;
+    a removed rate limit clears both of its columns)."""
+    given = settings.as_dict() if isinstance(settings, QueueSettings) else settings.changes()
+    columns: dict[str, Any] = {}
+    for name, value in given.items():
+        if name in ("rate_limit", "group_rate_limit"):
+            prefix = "rate" if name == "rate_limit" else "group_rate"
+            columns[f"{prefix}_per_second"] = None if value is None else value["per_second"]
+            columns[f"{prefix}_burst"] = None if value is None else value["burst"]
+        else:
+            columns[name] = value
+    return columns
+
+
 def queue_from_row(row: Any) -> Queue:
     return Queue(
         id=row.id,
@@ -65,6 +84,11 @@ def queue_from_row(row: Any) -> Queue:
             visibility_timeout_seconds=row.visibility_timeout_seconds,
             max_delivery_attempts=row.max_delivery_attempts,
             default_message_ttl_seconds=row.default_message_ttl_seconds,
+            group_max_in_flight=row.group_max_in_flight,
+            max_in_flight=row.max_in_flight,
+            rate_limit=_rate(row.rate_per_second, row.rate_burst),
+            group_rate_limit=_rate(row.group_rate_per_second, row.group_rate_burst),
+            completed_retention_seconds=row.completed_retention_seconds,
         ),
         paused=row.paused,
         created_at=row.created_at,
@@ -84,9 +108,7 @@ class PostgresQueues:
             .values(
                 id=new.id,
                 name=new.name,
-                visibility_timeout_seconds=new.settings.visibility_timeout_seconds,
-                max_delivery_attempts=new.settings.max_delivery_attempts,
-                default_message_ttl_seconds=new.settings.default_message_ttl_seconds,
+                **settings_columns(new.settings),
                 paused=new.paused,
                 created_at=sa.func.now(),
                 updated_at=sa.func.now(),
@@ -121,13 +143,7 @@ class PostgresQueues:
     async def update_queue(
         self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
     ) -> Queue | None:
-        values: dict[str, Any] = {"updated_at": sa.func.now()}
-        if update.visibility_timeout_seconds is not None:
-            values["visibility_timeout_seconds"] = update.visibility_timeout_seconds
-        if update.max_delivery_attempts is not None:
-            values["max_delivery_attempts"] = update.max_delivery_attempts
-        if update.default_message_ttl_seconds is not None:
-            values["default_message_ttl_seconds"] = update.default_message_ttl_seconds
+        values: dict[str, Any] = {"updated_at": sa.func.now(), **settings_columns(update)}
         return await self._change_queue(queue_id, values, audit, operation="update_queue")
 
     async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:

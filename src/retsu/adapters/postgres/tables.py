@@ -31,6 +31,13 @@ queue = sa.Table(
     sa.Column("max_delivery_attempts", sa.Integer, nullable=False),
     sa.Column("default_message_ttl_seconds", sa.Integer, nullable=False),
     sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("group_max_in_flight", sa.Integer, nullable=False),
+    sa.Column("max_in_flight", sa.Integer),
+    sa.Column("rate_per_second", sa.Double),
+    sa.Column("rate_burst", sa.Integer),
+    sa.Column("group_rate_per_second", sa.Double),
+    sa.Column("group_rate_burst", sa.Integer),
+    sa.Column("completed_retention_seconds", sa.Integer, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
@@ -51,6 +58,8 @@ queue_message = sa.Table(
     sa.Column("receipt_handle", pg.UUID(as_uuid=True)),
     sa.Column("last_delivered_at", sa.DateTime(timezone=True)),
     sa.Column("redriven_from", pg.UUID(as_uuid=True)),
+    sa.Column("group_key", sa.Text),
+    sa.Column("schedule_id", pg.UUID(as_uuid=True)),
 )
 
 queue_dead_letter_message = sa.Table(
@@ -66,6 +75,7 @@ queue_dead_letter_message = sa.Table(
     sa.Column("last_delivered_at", sa.DateTime(timezone=True)),
     sa.Column("dead_lettered_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("group_key", sa.Text),
 )
 
 idempotency_key = sa.Table(

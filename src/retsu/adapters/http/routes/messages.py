@@ -53,7 +53,13 @@ MESSAGES = QUEUE + "/messages"
 _DEFAULT_DEQUEUE = DequeueOptions()
 _NO_CONTENT: Response[Any] = Response(None, status_code=204)
 _REPLAYED = {"idempotent-replayed": "true"}
-_MESSAGE_CODES = ("invalid_payload", "invalid_priority", MESSAGE_TTL, MESSAGE_DELAY)
+_MESSAGE_CODES = (
+    "invalid_payload",
+    "invalid_priority",
+    MESSAGE_TTL,
+    MESSAGE_DELAY,
+    "invalid_group",
+)
 
 
 def _check_batch_size(size: int) -> None:
@@ -66,7 +72,9 @@ def _check_batch_size(size: int) -> None:
 
 
 def _new_message(body: MessageBody) -> NewMessage:
-    return NewMessage.parse(body.payload, body.priority, body.ttl_seconds, body.delay_seconds)
+    return NewMessage.parse(
+        body.payload, body.priority, body.ttl_seconds, body.delay_seconds, body.group
+    )
 
 
 def _new_messages(bodies: Sequence[MessageBody]) -> list[NewMessage]:

@@ -28,9 +28,24 @@ from retsu.application.queues import (
     UpdateQueueCommand,
 )
 from retsu.domain.errors import QueueAlreadyExists
-from retsu.domain.queue import DEFAULT_MESSAGE_TTL, MAX_DELIVERY_ATTEMPTS, VISIBILITY_TIMEOUT
+from retsu.domain.queue import (
+    COMPLETED_RETENTION,
+    DEFAULT_MESSAGE_TTL,
+    GROUP_MAX_IN_FLIGHT,
+    MAX_DELIVERY_ATTEMPTS,
+    MAX_IN_FLIGHT,
+    VISIBILITY_TIMEOUT,
+)
 
-_SETTINGS = (VISIBILITY_TIMEOUT, MAX_DELIVERY_ATTEMPTS, DEFAULT_MESSAGE_TTL)
+_SETTINGS = (
+    VISIBILITY_TIMEOUT,
+    MAX_DELIVERY_ATTEMPTS,
+    DEFAULT_MESSAGE_TTL,
+    GROUP_MAX_IN_FLIGHT,
+    MAX_IN_FLIGHT,
+    "invalid_rate_limit",
+    COMPLETED_RETENTION,
+)
 
 
 @post(
@@ -44,13 +59,7 @@ async def add_queue(
     data: JSONBody[CreateQueueBody], queues: Queues, request: Request[Any, Any, Any]
 ) -> QueueOut:
     queue = await queues.create(
-        CreateQueueCommand(
-            name=data.name,
-            visibility_timeout_seconds=data.visibility_timeout_seconds,
-            max_delivery_attempts=data.max_delivery_attempts,
-            default_message_ttl_seconds=data.default_message_ttl_seconds,
-            caller=caller_of(request),
-        )
+        CreateQueueCommand(data.name, caller=caller_of(request), **data.settings())
     )
     return queue_out(queue)
 
@@ -86,7 +95,8 @@ async def get_queue_with_stats(queue_id: QueueId, queues: Queues) -> QueueWithSt
 @patch(
     QUEUE,
     summary="Change a queue's settings",
-    description="Any subset of the three settings; a name never changes. "
+    description="Any subset of the settings; a name never changes. `null` for "
+    "`max_in_flight`, `rate_limit` or `group_rate_limit` removes that limit. "
     "Writes the audit entry `queue.updated`.",
     response_description="The whole queue after the change.",
     errors=("empty_queue_update", *_SETTINGS),
@@ -99,13 +109,7 @@ async def change_queue(
     request: Request[Any, Any, Any],
 ) -> QueueOut:
     queue = await queues.update(
-        UpdateQueueCommand(
-            queue_id=queue_id,
-            visibility_timeout_seconds=data.visibility_timeout_seconds,
-            max_delivery_attempts=data.max_delivery_attempts,
-            default_message_ttl_seconds=data.default_message_ttl_seconds,
-            caller=caller_of(request),
-        )
+        UpdateQueueCommand(queue_id, caller=caller_of(request), **data.changes())
     )
     return queue_out(queue)
 
