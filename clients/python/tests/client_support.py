@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -266,11 +267,16 @@ class Target:
     def close(self) -> None:
         for client in self.clients:
             client.close()
+        if self.fake is not None:
+            self.fake.close()
 
 
 def fake_target(clock: Clock | None = None) -> Target:
     tokens = [FakeToken(name, secret, [name]) for name, secret in TOKENS.items()]
-    fake = FakeRetsu(clock=clock if clock is not None else ManualClock(), tokens=tokens)
+    # A manual clock that starts at the present, as a real server's does: the contract
+    # tests compare the times they are given with the test's own.
+    clock = clock if clock is not None else ManualClock(datetime.now(UTC))
+    fake = FakeRetsu(clock=clock, tokens=tokens)
     return Target("fake", FAKE_URL, fake=fake)
 
 

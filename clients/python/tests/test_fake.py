@@ -4,6 +4,8 @@ unit-testing a handler with the real Worker and no server."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 
@@ -55,6 +57,30 @@ def test_idempotency_keys_are_forgotten_after_24_hours() -> None:
     assert second.id != first.id and second.replayed is False
 
 
+def test_a_long_poll_ends_when_the_clock_passes_its_deadline_or_a_delay() -> None:
+    fake = FakeRetsu(clock=ManualClock())
+    with fake.client() as retsu:
+        retsu.create_queue("jobs")
+        started = time.monotonic()
+        threading.Timer(0.2, fake.clock.advance, [20]).start()
+        assert retsu.dequeue("jobs", wait_seconds=20) is None  # not 20 real seconds
+        assert time.monotonic() - started < 5
+
+        retsu.enqueue("jobs", "later", delay_seconds=60)
+        threading.Timer(0.2, fake.clock.advance, [60]).start()
+        message = retsu.dequeue("jobs", wait_seconds=20)  # the move made it ready
+        assert message is not None and message.payload == "later"
+        assert time.monotonic() - started < 10
+
+
+def test_a_closed_fake_answers_no_more() -> None:
+    with FakeRetsu() as fake:
+        retsu = fake.client()
+        retsu.create_queue("jobs")
+    with retsu, pytest.raises(RuntimeError, match="this FakeRetsu is closed"):
+        retsu.list_queues()
+
+
 def test_the_fake_refuses_unknown_token_scopes() -> None:
     with pytest.raises(ValueError):
         FakeRetsu(tokens=[FakeToken("x", "s", ["everything"])])
@@ -88,26 +114,30 @@ async def test_a_handler_is_unit_tested_with_the_real_worker_and_no_server() -> 
     assert [h["to"] for h in handled] == ["ada@example.com", "later@example.com"]
 
 
-def test_the_fakes_history_is_bucketed_as_the_server_buckets_it() -> None:
-    # SPEC §3.8 as the server answers it: buckets at least one snapshot interval wide and
-    # wide enough for at most 360 points, aligned to the Unix epoch; counts summed, the
-    # depth and time of the bucket's latest snapshot.
-    fake = FakeRetsu(clock=ManualClock(), history_interval_seconds=15)
+def test_the_fakes_history_comes_from_the_servers_collector_on_its_clock() -> None:
+    # SPEC §3.8 as the server answers it (the fake runs the server's collector and
+    # history reader): buckets at least one snapshot interval wide and wide enough for at
+    # most 360 points, aligned to the Unix epoch; counts summed, the depth and time of the
+    # bucket's latest snapshot.
+    fake = FakeRetsu(clock=ManualClock(), history_interval_seconds=120)
     with fake.client() as retsu:
         retsu.create_queue("busy")
         fake.clock.advance(100)
-        for _ in range(24 * 240):  # a day of 15-s snapshots, one message in each
+        for _ in range(24 * 30):  # a day of 2-minute snapshots, one message in each
             retsu.enqueue("busy", "x")
-            fake.clock.advance(15)
+            fake.clock.advance(120)
 
         hour = retsu.queue_history("busy")
         day = retsu.queue_history("busy", minutes=1440)
 
-    assert hour.interval_seconds == 15 and len(hour.points) == 240
+    # A snapshot is taken at the first request once the interval has passed on the fake's
+    # clock: here at +100 s, +220 s, … from its start (2026-01-01, a multiple of 240 s
+    # since the epoch), so a full 240-s bucket holds two, the latest at +220 s. An hour
+    # holds 31 snapshots: the window includes both ends.
+    assert hour.interval_seconds == 120 and len(hour.points) == 31
     assert day.interval_seconds == 240 and len(day.points) == 360
-    # Snapshots come at :00, :15, … so a full 240-s bucket holds 16, the latest at +225 s.
-    assert all(p.enqueued == 16 for p in day.points[:-1])
-    assert day.points[-1].ready == 24 * 240  # the latest snapshot's depth
+    assert all(p.enqueued == 2 for p in day.points[:-1])
+    assert day.points[-1].ready == 24 * 30  # the latest snapshot's depth
     assert [p.at for p in day.points] == sorted(p.at for p in day.points)
-    assert all(p.at.timestamp() % 240 == 225 for p in day.points[:-1])
-    assert sum(p.enqueued for p in day.points) < 24 * 240  # the partial oldest bucket left out
+    assert all(p.at.timestamp() % 240 == 220 for p in day.points[:-1])
+    assert sum(p.enqueued for p in day.points) < 24 * 30  # the partial oldest bucket left out

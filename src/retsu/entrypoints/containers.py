@@ -439,17 +439,20 @@ class WorkerContainer(containers.DeclarativeContainer):
     )
     sleeper = providers.Singleton(StopAwareSleeper)
 
+    # One batch of the expired-message cleaner; named so the client's testing helper
+    # runs it on demand (``FakeRetsu.clean_expired()``).
+    clean_expired_messages = providers.Singleton(
+        CleanExpiredMessages,
+        maintenance=storage.maintenance,
+        events=core.metrics,
+        idempotency_keys=storage.maintenance,
+        consumers=storage.consumers,
+        history=storage.history,
+    )
     expired_message_cleaner = providers.Singleton(
         BatchWorker,
         name="expired-message-cleaner",
-        run_batch=providers.Singleton(
-            CleanExpiredMessages,
-            maintenance=storage.maintenance,
-            events=core.metrics,
-            idempotency_keys=storage.maintenance,
-            consumers=storage.consumers,
-            history=storage.history,
-        ),
+        run_batch=clean_expired_messages,
         schedule=providers.Factory(
             _batch_schedule, settings.provided.worker.queue.expired_message_cleaner
         ),

@@ -1,5 +1,6 @@
 """Python client for Retsu: ``Client`` / ``AsyncClient`` for the HTTP API, ``Worker`` to
-consume a queue with a handler, ``retsu_client.testing`` for an in-memory fake server.
+consume a queue with a handler, ``retsu_client.testing`` (extra ``testing``) to run the
+server in process for tests.
 
     from retsu_client import Client
 

@@ -69,7 +69,7 @@ class AsyncClient:
 
     ``base_url`` and ``token`` default to ``RETSU_URL`` / ``RETSU_TOKEN``. ``transport``
     replaces httpx's network transport (``retsu_client.testing.FakeRetsu().transport()``
-    serves the API from memory). ``consumer`` names this client on every dequeue
+    serves the server's app in process). ``consumer`` names this client on every dequeue
     (``Retsu-Consumer``). A queue is named by id or by name everywhere.
     """
 

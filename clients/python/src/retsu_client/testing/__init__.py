@@ -1,6 +1,10 @@
-"""Test without a server: ``FakeRetsu`` serves the Retsu API from memory, through an httpx
-transport, with the real server's rules — held to the same contract tests as a real
+"""Test without a server process: ``FakeRetsu`` runs the server's own application in
+process, on its memory adapter and a clock you may move, and serves it to httpx through a
+transport — the server's rules exactly, held to the same contract tests as a real
 ``retsu`` server (``clients/python/tests/test_contract_*.py``).
+
+It needs the server's distribution: ``pip install 'retsu-client[testing]'`` (from this
+repository: ``pip install -e . -e 'clients/python[testing]'``).
 
     from retsu_client import Client, Worker
     from retsu_client.testing import FakeRetsu, ManualClock
@@ -16,8 +20,22 @@ transport, with the real server's rules — held to the same contract tests as a
 
 from __future__ import annotations
 
-from retsu_client.testing._server import FAKE_URL, FakeRetsu, FakeToken, FakeTransport
-from retsu_client.testing.clock import Clock, ManualClock, SystemClock
+try:
+    from retsu.adapters.memory.clock import ManualClock
+except ModuleNotFoundError as missing:  # pragma: no branch - depends on the install
+    if missing.name != "retsu":
+        raise
+    raise ImportError(
+        "retsu_client.testing runs the Retsu server's own application, so it needs the "
+        "server's distribution: pip install 'retsu-client[testing]' (from the Retsu "
+        "repository: pip install -e . -e 'clients/python[testing]')",
+        name="retsu",
+    ) from missing
+
+from retsu.adapters.system import SystemClock
+from retsu.application.ports import Clock
+
+from retsu_client.testing.fake import FAKE_URL, FakeRetsu, FakeToken, FakeTransport
 
 __all__ = [
     "FAKE_URL",
