@@ -111,7 +111,7 @@ def run_api_processes(settings: Settings, count: int) -> int:
     global _settings_for_children
     from retsu.adapters.postgres.engine import create_engine
     from retsu.entrypoints import serving
-    from retsu.entrypoints.database import ensure_database_ready
+    from retsu.entrypoints.database import ensure_database_ready, session_url
 
     async def check() -> None:
         assert settings.database.url is not None
@@ -127,6 +127,8 @@ def run_api_processes(settings: Settings, count: int) -> int:
         finally:
             await engine.dispose()
 
+    # What each API process would refuse (configuration: exit 2) is refused here, once.
+    session_url(settings.database, "long polling (LISTEN)")
     # One listening socket, shared by the processes: a port in use fails here, before the
     # database check and any process start.
     sock = serving.bind(settings.http.bind_address, settings.http.port)
