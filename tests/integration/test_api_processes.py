@@ -149,3 +149,47 @@ def test_a_dead_api_process_is_replaced(database_url: str, tmp_path: Path) -> No
             assert httpx.get(f"http://127.0.0.1:{port}/health/ready").status_code == 200
     finally:
         assert process.stop() == 0, process.output()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie nobody reaps is gone for our purpose: it holds no socket)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_api_processes_exit_when_their_supervisor_is_killed(
+    database_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL (or the OOM killer) gives the supervisor no chance to stop its processes; they
+    must notice on their own, or they hold the port and a restarted `retsu api` cannot
+    bind it."""
+    port = free_port()
+    env = {**retsu_env(database_url), "RETSU_HTTP__PORT": str(port), "RETSU_HTTP__WORKERS": "2"}
+    process = RetsuProcess(["api"], env, tmp_path / "api.log")
+    restarted: RetsuProcess | None = None
+    children: set[int] = set()
+    try:
+        process.wait_until_ready(f"http://127.0.0.1:{port}/health/ready")
+        deadline = time.monotonic() + 30
+        while len(children := _api_processes(process.process.pid)) < 2:
+            assert time.monotonic() < deadline, process.output()
+            time.sleep(0.1)
+        process.signal(signal.SIGKILL)
+        process.process.wait(10)
+        killed_at = time.monotonic()
+        while alive := {pid for pid in children if _alive(pid)}:
+            assert time.monotonic() - killed_at < 10, f"{alive} still running"
+            time.sleep(0.1)
+        print(f"\nAPI processes gone {time.monotonic() - killed_at:.1f} s after the supervisor")
+        restarted = RetsuProcess(["api"], env, tmp_path / "restarted.log")
+        restarted.wait_until_ready(f"http://127.0.0.1:{port}/health/ready")
+    finally:
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        process.stop()
+        if restarted is not None:
+            assert restarted.stop() == 0, restarted.output()

@@ -92,3 +92,37 @@ def test_a_password_in_the_database_url_never_reaches_the_output() -> None:
     result = run_retsu(["api"], retsu_env(url, logging__filter="debug"))
     assert result.returncode == 1
     assert "hunter2-secret" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("role", "workers", "needs"),
+    [
+        (["api"], "1", "long polling (LISTEN)"),
+        (["api"], "2", "long polling (LISTEN)"),
+        (["migrate"], "1", "retsu migrate"),
+        (
+            ["worker", "run", "queue", "state-metrics-collector"],
+            "1",
+            "state-metrics collector (advisory lock)",
+        ),
+    ],
+)
+def test_a_session_through_a_transaction_pooler_is_a_configuration_error(
+    role: list[str], workers: str, needs: str
+) -> None:
+    """The docs' table: configuration errors exit 2 — this one too, although only the role
+    decides whether it needs a session (checked before any connection: the database URL
+    points nowhere)."""
+    env = retsu_env(
+        UNREACHABLE_DB,
+        database__pooler="transaction",
+        database__acquire_timeout_seconds="60",
+        http__workers=workers,
+    )
+    started = time.monotonic()
+    result = run_retsu(role, env, timeout=90)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("retsu: configuration error: database.pooler is transaction"), line
+    assert f"{needs} needs database.session_url" in line, line
+    assert time.monotonic() - started < 30

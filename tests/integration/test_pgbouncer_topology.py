@@ -466,7 +466,7 @@ def test_the_api_refuses_a_transaction_pooler_without_a_session_url(
 ) -> None:
     env = retsu_env(topology.pooled_url, database__pooler="transaction")
     process = RetsuProcess(["api"], env, tmp_path / "refused.log")
-    assert process.process.wait(60) == 1
+    assert process.process.wait(60) == 2  # a configuration error
     output = process.output()
     assert "long polling (LISTEN) needs database.session_url" in output, output
     process.stop()

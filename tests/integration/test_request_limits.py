@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -215,3 +216,93 @@ def test_a_long_poll_outlives_the_request_timeouts(api: RetsuProcess) -> None:
     )
     assert response.status_code == 204
     assert time.monotonic() - started >= 3.5
+
+
+def responses(sock: socket.socket, count: int, timeout: float = 5) -> list[bytes]:
+    """The status lines of the next ``count`` responses, each read whole (content-length)."""
+    sock.settimeout(timeout)
+    received = b""
+    statuses: list[bytes] = []
+    while len(statuses) < count:
+        head, separator, rest = received.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: (\d+)", head)
+        if separator and length and len(rest) >= int(length.group(1)):
+            statuses.append(head.split(b"\r\n", 1)[0])
+            received = rest[int(length.group(1)) :]
+            continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    assert received == b"", received  # nothing beyond the responses asked for
+    return statuses
+
+
+def test_pipelined_requests_are_all_answered(api: RetsuProcess) -> None:
+    request = b"GET /health/live HTTP/1.1\r\nhost: x\r\n\r\n"
+    with connect(api) as sock:
+        sock.sendall(request * 3)
+        assert responses(sock, 3) == [b"HTTP/1.1 200 OK"] * 3
+        # Split at every byte, over several reads.
+        for byte in request:
+            sock.sendall(bytes([byte]))
+            time.sleep(0.001)
+        assert responses(sock, 1) == [b"HTTP/1.1 200 OK"]
+
+
+def test_an_upgrade_it_does_not_offer_is_ignored(api: RetsuProcess) -> None:
+    """curl --http2 on an http:// URL asks for h2c; the answer is plain HTTP/1.1, and the
+    connection goes on with its bounds."""
+    with connect(api) as sock:
+        sock.sendall(
+            b"GET /health/live HTTP/1.1\r\nhost: x\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+            b"upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
+        )
+        assert responses(sock, 1) == [b"HTTP/1.1 200 OK"]
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert responses(sock, 1) == [b"HTTP/1.1 200 OK"]
+        send_all(sock, b"GET /health/live HTTP/1.1\r\nx-big: " + b"a" * 40_000 + b"\r\n\r\n")
+        response, _ = read_until_closed(sock, 5)
+    assert b"HTTP/1.1 200" not in response
+
+
+def test_a_chunked_body_over_several_reads_is_read_whole(api: RetsuProcess) -> None:
+    with connect(api) as sock:
+        sock.sendall(
+            b"POST /v1/queues HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"authorization: Bearer " + TOKEN.encode() + b"\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        body = b'{"name": "limits-chunked"}'
+        for start in range(0, len(body), 5):
+            piece = body[start : start + 5]
+            sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            time.sleep(0.05)
+        sock.sendall(b"0\r\n\r\n")
+        assert responses(sock, 1) == [b"HTTP/1.1 201 Created"]
+
+
+def test_a_later_request_over_the_bounds_gets_the_connection_closed(api: RetsuProcess) -> None:
+    """Only a connection's first request is answered with a 431 or 408: on a later one, an
+    earlier response may still be on its way, and a refusal must not pass for it."""
+    with connect(api) as sock:
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert responses(sock, 1) == [b"HTTP/1.1 200 OK"]
+        send_all(sock, b"GET /health/live HTTP/1.1\r\nx-big: " + b"a" * 40_000 + b"\r\n\r\n")
+        response, elapsed = read_until_closed(sock, 5)
+    assert response == b""
+    assert elapsed < 2
+    with connect(api) as sock:
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert responses(sock, 1) == [b"HTTP/1.1 200 OK"]
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nhost: x\r\n")  # never finished
+        response, elapsed = read_until_closed(sock, HEADER_TIMEOUT + 5)
+    assert response == b""
+    assert elapsed < HEADER_TIMEOUT + 2
+
+
+def test_a_malformed_request_gets_400(api: RetsuProcess) -> None:
+    with connect(api) as sock:
+        send_all(sock, b"GET /health/live HTTP/1.1\r\nhost x\r\n\r\n")
+        response, _ = read_until_closed(sock, 5)
+    assert response.startswith(b"HTTP/1.1 400 ")

@@ -12,7 +12,7 @@ import pytest
 
 from retsu.adapters.postgres.engine import PIN_TRANSACTION, PLANNER_PINS, connect_arguments
 from retsu.entrypoints.containers import ApiContainer, WorkerContainer
-from retsu.entrypoints.database import StartupError, session_url, unreachable_reason
+from retsu.entrypoints.database import ConfigurationError, session_url, unreachable_reason
 from retsu.entrypoints.settings import ConfigError, Settings, build_settings
 
 POOLER = "postgresql://retsu@pgbouncer:6432/retsu"
@@ -98,7 +98,7 @@ def test_without_a_session_url_sessions_share_the_pooled_database() -> None:
 
 
 def test_a_session_is_refused_through_a_transaction_pooler() -> None:
-    with pytest.raises(StartupError, match=r"the collector needs database\.session_url"):
+    with pytest.raises(ConfigurationError, match=r"the collector needs database\.session_url"):
         session_url(settings(url=POOLER, pooler="transaction").database, "the collector")
     assert session_url(settings(url=POOLER, session_url=DIRECT).database, "x") == DIRECT
     assert session_url(settings(url=DIRECT).database, "x") == DIRECT

@@ -7,7 +7,9 @@ each running the same ``run_api`` as a single-process `retsu api` on the shared 
 supervisor restarts a process that dies or stops answering its health pings, forwards
 SIGTERM/SIGINT (each process then finishes in-flight requests and answers waiting long
 polls empty), supports SIGHUP (rolling restart) and SIGTTIN/SIGTTOU (one process more or
-less). Metrics are aggregated across processes by prometheus-client's multiprocess mode
+less). A supervisor that dies without stopping them (SIGKILL, the OOM killer) takes its
+API processes with it (``_exit_with_parent``): they would otherwise hold the port.
+Metrics are aggregated across processes by prometheus-client's multiprocess mode
 (PROMETHEUS_MULTIPROC_DIR, set by the caller). It replaced a home-made fork supervisor that
 measured no faster (docs/performance.md, "API processes").
 """
@@ -15,11 +17,13 @@ measured no faster (docs/performance.md, "API processes").
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 import uvicorn
@@ -34,6 +38,9 @@ from retsu.entrypoints.settings import Settings
 # uvicorn's supervisor stops (rather than restarting the process forever) on this exit code.
 STARTUP_FAILURE = 3
 HEALTHCHECK_SECONDS = 20
+# How often an API process checks that its supervisor is still its parent.
+PARENT_CHECK_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class _ApiProcess(multiprocess.Process):
@@ -44,6 +51,7 @@ class _ApiProcess(multiprocess.Process):
 
     def __init__(self, config: uvicorn.Config, sockets: list[socket.socket]) -> None:
         self.settings = _settings_for_children
+        self.supervisor = os.getpid()  # __init__ runs in the supervisor
         super().__init__(config, sockets)  # self goes to the spawned process by pickle
 
     def pong(self) -> None:
@@ -56,6 +64,7 @@ class _ApiProcess(multiprocess.Process):
         # server runs, run_api's own handlers take over and stop it gracefully.
         signal.signal(signal.SIGTERM, _exit_at_once)
         signal.signal(signal.SIGINT, _exit_at_once)
+        _exit_with_parent(self.supervisor)
         # Answer the supervisor's pings before the heavy imports below: on a loaded machine
         # they take seconds, and an unanswered ping gets a starting process killed.
         self.listening = threading.Event()
@@ -86,6 +95,28 @@ def _exit_at_once(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def _exit_with_parent(supervisor: int) -> None:
+    """SIGTERM this process (a graceful stop, as the supervisor's own) once ``supervisor``
+    is no longer its parent, as gunicorn's workers do.
+
+    Linux sends it at the parent's death (PR_SET_PDEATHSIG); a thread checks the parent
+    every second too, for other systems and for a death before the prctl call.
+    """
+    if sys.platform == "linux":
+        # prctl(2) has no stdlib binding; python-prctl needs libcap's headers to build and
+        # was last released in 2020.
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            print(f"retsu: prctl: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 class _Supervisor(multiprocess.Multiprocess):
     def keep_subprocess_alive(self) -> None:
         before = {process.pid for process in self.processes}
@@ -111,7 +142,7 @@ def run_api_processes(settings: Settings, count: int) -> int:
     global _settings_for_children
     from retsu.adapters.postgres.engine import create_engine
     from retsu.entrypoints import serving
-    from retsu.entrypoints.database import ensure_database_ready
+    from retsu.entrypoints.database import ensure_database_ready, session_url
 
     async def check() -> None:
         assert settings.database.url is not None
@@ -127,6 +158,8 @@ def run_api_processes(settings: Settings, count: int) -> int:
         finally:
             await engine.dispose()
 
+    # What each API process would refuse (configuration: exit 2) is refused here, once.
+    session_url(settings.database, "long polling (LISTEN)")
     # One listening socket, shared by the processes: a port in use fails here, before the
     # database check and any process start.
     sock = serving.bind(settings.http.bind_address, settings.http.port)

@@ -109,9 +109,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(_run_role(args, settings))
     except StartupError as error:
-        return _fail(str(error), 1)
+        return _startup_failure(error)
     except KeyboardInterrupt:
         return 0
+
+
+def _startup_failure(error: Exception) -> int:
+    """Exit 2 for what the configuration alone causes, 1 for the rest (module docstring)."""
+    from retsu.entrypoints.database import ConfigurationError
+
+    if isinstance(error, ConfigurationError):
+        return _fail(f"configuration error: {error}", 2)
+    return _fail(str(error), 1)
 
 
 def _run_api_processes(settings: object) -> int:
@@ -131,7 +140,7 @@ def _run_api_processes(settings: object) -> int:
     try:
         return run_api_processes(settings, settings.http.workers)
     except StartupError as error:
-        return _fail(str(error), 1)
+        return _startup_failure(error)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 

@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 
 class StartupError(Exception):
-    """A one-line reason the role cannot start."""
+    """A one-line reason the role cannot start (exit 1)."""
+
+
+class ConfigurationError(StartupError):
+    """A one-line reason the configuration alone keeps the role from starting, found only
+    once the role is known (exit 2, as every configuration error)."""
 
 
 async def ensure_database_ready(engine: AsyncEngine, *, timeout_seconds: float) -> None:
@@ -50,11 +55,11 @@ def session_url(database: DatabaseSettings, needs: str) -> str:
     ``database.session_url``, else ``database.url`` — unless that leads to a transaction
     pooler, where a session does not outlive a transaction."""
     if database.transaction_pooler and database.session_url in (None, database.url):
-        raise StartupError(
+        raise ConfigurationError(
             f"database.pooler is transaction, so {needs} needs database.session_url "
             "(a direct PostgreSQL URL)"
         )
     url = database.session
     if url is None:
-        raise StartupError("database.url is not set (RETSU_DATABASE__URL)")
+        raise ConfigurationError("database.url is not set (RETSU_DATABASE__URL)")
     return url

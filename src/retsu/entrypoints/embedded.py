@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from retsu.entrypoints.database import StartupError
+from retsu.entrypoints.database import ConfigurationError
 
 log = logging.getLogger("retsu.dev")
 
@@ -51,7 +51,7 @@ def embedded_postgres(directory: Path) -> Iterator[str]:
     try:
         import pgserver
     except ImportError:
-        raise StartupError(
+        raise ConfigurationError(
             "no database.url is set and the embedded PostgreSQL is not installed: "
             "pip install 'retsu-server[embedded]' or set RETSU_DATABASE__URL"
         ) from None

@@ -8,9 +8,10 @@ the server, then exit 0.
 
 uvicorn's httptools protocol bounds neither the size nor the count of request headers, nor
 the time a client takes to send them or the body, and never times out a connection that
-sends nothing. ``BoundedHttpToolsProtocol`` adds those bounds; it keeps httptools because
-uvicorn's h11 protocol, which bounds header size only, costs ~1.9x the CPU per request
-(measured: docs/performance.md, "HTTP server").
+sends nothing. ``BoundedProtocol`` adds those bounds in front of it, by composition (no
+private part of uvicorn is overridden or read); it keeps httptools because uvicorn's h11
+protocol, which bounds header size only, costs ~1.9x the CPU per request (measured:
+docs/performance.md, "Serving").
 """
 
 from __future__ import annotations
@@ -19,20 +20,24 @@ import asyncio
 import contextlib
 import errno
 import ipaddress
+import logging
 import os
 import signal
 import socket
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from email.utils import formatdate
 from http import HTTPStatus
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httptools
 import msgspec
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from retsu.entrypoints.database import StartupError
+
+logger = logging.getLogger("retsu.serving")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -115,102 +120,148 @@ class _Refused(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
-class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with header bounds and request timeouts.
+_IDLE, _HEADERS, _BODY = 0, 1, 2  # where a connection is in its current request
 
-    A request over a header bound gets ``431`` (problem+json, ``connection: close``) before
-    the application sees it; bytes of an unfinished header block are counted as they
-    arrive, so at most the bound plus one read is ever buffered. A client that takes longer
-    than ``header_timeout_seconds`` to send its headers gets ``408``; one that takes longer
-    than ``body_timeout_seconds`` to send its body is disconnected (the application sees
-    the disconnect). A connection that opens and sends nothing is closed after the
-    keep-alive timeout, like one idle between requests.
+
+class BoundedProtocol(asyncio.Protocol):
+    """uvicorn's httptools protocol behind request bounds, by composition. uvicorn takes
+    this class as ``Config(http=<an asyncio.Protocol class>)``; it builds uvicorn's own
+    protocol with the keyword arguments uvicorn passes, as they come, and drives it only
+    through asyncio's Protocol methods: no private part of uvicorn is overridden or read.
+
+    A parser of our own (httptools, as uvicorn's) reads every byte first. Header bytes are
+    counted as they arrive (an unfinished header block too: the parser holds it in memory
+    until its end), so at most the bound plus one read is buffered; over a bound, or past
+    ``header_timeout_seconds`` without the end of the headers, the request is refused —
+    ``431`` or ``408`` (problem+json, ``connection: close``) on a connection's first
+    request, a plain close later (an earlier response may still be on its way, and ours
+    must not be mistaken for it). A body slower than ``body_timeout_seconds`` gets the
+    connection closed (the application sees a disconnect). A connection that opens and
+    sends nothing is closed after the keep-alive timeout; between requests uvicorn's own
+    keep-alive timeout applies. Timers are armed only when a request spans reads, so a
+    request that arrives in one read (nearly all) costs no timer at all.
     """
 
+    __slots__ = (
+        "_chunk",
+        "_count",
+        "_deadline",
+        "_parser",
+        "_requests",
+        "_size",
+        "_state",
+        "_unfinished",
+        "inner",
+        "loop",
+        "transport",
+    )
     limits: ClassVar[RequestLimits] = RequestLimits()
+    inner_class: ClassVar[Callable[..., asyncio.Protocol]] = HttpToolsProtocol
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._header_bytes = self._header_count = self._unfinished_bytes = self._chunk = 0
-        self._reading_headers = False
+    def __init__(self, **uvicorn_arguments: Any) -> None:
+        self.inner = self.inner_class(**uvicorn_arguments)
+        self.loop = uvicorn_arguments.get("_loop") or asyncio.get_event_loop()
+        self.transport: asyncio.Transport | None = None
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        # As uvicorn sets its own, so that both parsers read a stream alike.
+        with contextlib.suppress(AttributeError):
+            self._parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self._state = _IDLE
+        self._requests = self._size = self._count = self._unfinished = self._chunk = 0
         self._deadline: asyncio.TimerHandle | None = None
-        # uvicorn arms its keep-alive timer only after a first response.
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's: not a subclass
+        self.inner.connection_made(transport)
+        # uvicorn times a connection out only once it has answered a request.
+        self._deadline = self.loop.call_later(
+            self.limits.keep_alive_timeout_seconds, self._idle_timed_out
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadline()
-        super().connection_lost(exc)
+        self._parser = None
+        self.inner.connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
     def data_received(self, data: bytes) -> None:
-        self._unset_keepalive_if_required()
-        self._chunk = len(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError as error:
-            refused = error.__context__
-            if not isinstance(refused, _Refused):
-                raise
-            self._refuse(refused)
-            return
-        except httptools.HttpParserError:
-            self.logger.warning("Invalid HTTP request received.")
-            self.send_400_response("Invalid HTTP request received.")
-            return
-        except httptools.HttpParserUpgrade:
-            self._unsupported_upgrade_warning()
-            return
-        if self._reading_headers:
-            # httptools holds a header in memory until its end arrives: count the bytes of
-            # an unfinished header block as they come (from the read after the one that
-            # began the request, which may hold the end of the previous one).
-            self._unfinished_bytes += len(data)
-            if self._unfinished_bytes > self.limits.max_header_bytes:
-                self._refuse(_too_large(self.limits))
+        parser = self._parser
+        if parser is not None:
+            self._chunk = len(data)
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserCallbackError as error:
+                refused = error.__context__
+                if not isinstance(refused, _Refused):
+                    raise
+                self._refuse(refused)
+                return
+            except httptools.HttpParserUpgrade:
+                pass  # uvicorn's parser stops at the same byte, then both read on
+            except httptools.HttpParserError:
+                self._parser = None  # uvicorn's parser fails alike: 400, then it closes
+            if self._state == _HEADERS:
+                # httptools holds a header in memory until its end arrives: count the bytes
+                # of an unfinished header block as they come (from the read after the one
+                # that began the request, which may hold the end of the previous one).
+                self._unfinished += len(data)
+                if self._unfinished > self.limits.max_header_bytes:
+                    self._refuse(_too_large(self.limits))
+                    return
+                if self._deadline is None:
+                    self._set_deadline(self.limits.header_timeout_seconds, self._headers_late)
+            elif self._state == _BODY and self._deadline is None:
+                self._set_deadline(self.limits.body_timeout_seconds, self._body_late)
+        self.inner.data_received(data)
 
-    # Parser callbacks (called from feed_data)
+    # Our parser's callbacks (called from feed_data)
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._reading_headers = True
-        self._header_bytes = self._header_count = 0
-        self._unfinished_bytes = -self._chunk
-        self._set_deadline(self.limits.header_timeout_seconds, self._headers_timed_out)
+        self._cancel_deadline()  # the first request: no longer idle
+        self._state = _HEADERS
+        self._requests += 1
+        self._size = self._count = 0
+        self._unfinished = -self._chunk
 
     def on_url(self, url: bytes) -> None:
-        self._count(len(url))
-        super().on_url(url)
+        self._add(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        if self._header_count > self.limits.max_headers:
+        self._count += 1
+        if self._count > self.limits.max_headers:
             raise _Refused(
                 431,
                 "too_many_headers",
                 f"A request may carry at most {self.limits.max_headers} headers.",
             )
-        self._count(len(name) + len(value) + 4)
-        super().on_header(name, value)
+        self._add(len(name) + len(value) + 4)
 
     def on_headers_complete(self) -> None:
-        self._reading_headers = False
-        self._set_deadline(self.limits.body_timeout_seconds, self._body_timed_out)
-        super().on_headers_complete()
+        self._cancel_deadline()
+        self._state = _BODY
 
     def on_message_complete(self) -> None:
         self._cancel_deadline()
-        super().on_message_complete()
+        self._state = _IDLE
 
     # Bounds
 
-    def _count(self, size: int) -> None:
-        self._header_bytes += size
-        if self._header_bytes > self.limits.max_header_bytes:
+    def _add(self, size: int) -> None:
+        self._size += size
+        if self._size > self.limits.max_header_bytes:
             raise _too_large(self.limits)
 
     def _set_deadline(self, seconds: float, callback: Callable[[], None]) -> None:
-        self._cancel_deadline()
         self._deadline = self.loop.call_later(seconds, callback)
 
     def _cancel_deadline(self) -> None:
@@ -218,44 +269,55 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
-    def _headers_timed_out(self) -> None:
+    def _idle_timed_out(self) -> None:
         self._deadline = None
-        if self.cycle is None or self.cycle.response_complete:
-            detail = "The request headers did not arrive in time."
-            self._refuse(_Refused(408, "request_timeout", detail))
-        else:  # a pipelined request behind a response still being written
+        if self.transport is not None:
             self.transport.close()
 
-    def _body_timed_out(self) -> None:
+    def _headers_late(self) -> None:
         self._deadline = None
-        self.logger.debug("closing a connection whose request body did not arrive in time")
-        self.transport.close()
+        self._refuse(
+            _Refused(408, "request_timeout", "The request headers did not arrive in time.")
+        )
+
+    def _body_late(self) -> None:
+        self._deadline = None
+        logger.debug("closing a connection whose request body did not arrive in time")
+        if self.transport is not None:
+            self.transport.close()
 
     def _refuse(self, refused: _Refused) -> None:
-        """Answer a problem document the application never saw, and close."""
+        """Answer a problem document the application never saw (on a connection's first
+        request only, see the class docstring), and close."""
         self._cancel_deadline()
-        if self.transport.is_closing():
+        self._parser = None
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
-        body = msgspec.json.encode(
-            {
-                "type": "about:blank",
-                "title": HTTPStatus(refused.status).phrase,
-                "status": refused.status,
-                "detail": refused.detail,
-                "code": refused.code,
-            }
-        )
-        head = [STATUS_LINE[refused.status]]
-        for name, value in self.server_state.default_headers:
-            head.extend([name, b": ", value, b"\r\n"])
-        head.append(
-            b"content-type: application/problem+json\r\n"
-            b"content-length: %d\r\n"
-            b"x-request-id: %s\r\n"
-            b"connection: close\r\n\r\n" % (len(body), os.urandom(16).hex().encode())
-        )
-        self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        if self._requests <= 1:
+            transport.write(_problem_response(refused))
+        transport.close()
+
+
+def _problem_response(refused: _Refused) -> bytes:
+    body = msgspec.json.encode(
+        {
+            "type": "about:blank",
+            "title": HTTPStatus(refused.status).phrase,
+            "status": refused.status,
+            "detail": refused.detail,
+            "code": refused.code,
+        }
+    )
+    head = (
+        f"HTTP/1.1 {refused.status} {HTTPStatus(refused.status).phrase}\r\n"
+        f"date: {formatdate(usegmt=True)}\r\n"
+        "content-type: application/problem+json\r\n"
+        f"content-length: {len(body)}\r\n"
+        f"x-request-id: {os.urandom(16).hex()}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
 
 
 def _too_large(limits: RequestLimits) -> _Refused:
@@ -275,7 +337,7 @@ def config(
     limits: RequestLimits | None = None,
 ) -> uvicorn.Config:
     limits = limits or RequestLimits()
-    protocol = type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"limits": limits})
+    protocol = type("BoundedProtocol", (BoundedProtocol,), {"__slots__": (), "limits": limits})
     return uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=host,

@@ -31,7 +31,7 @@ from retsu.domain.errors import DatabaseUnavailable
 from retsu.entrypoints.containers import ApiContainer
 from tests.support.console_cookies import forge_cookie, read_cookie
 from tests.support.containers import STORAGE_PORTS
-from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
+from tests.unit.http.helpers import MISSING_ID, PROBLEM, Client, NewQueue, raw_request
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -374,6 +374,72 @@ async def test_unknown_things_are_pages_with_the_api_codes(client: Client) -> No
     assert response.status_code == 400 and "invalid_action" in response.text
     response = await client.get("/console/audit?cursor=nope")
     assert response.status_code == 400 and "invalid_cursor" in response.text
+
+
+async def test_a_deeply_nested_payload_is_shown_as_text(
+    client: Client, new_queue: NewQueue
+) -> None:
+    """Anyone who may enqueue can plant one: JSON nested ~990 levels made the pretty-printer
+    raise RecursionError (a 500 on the message and dead-letter pages)."""
+    queue = (await new_queue("nested", max_delivery_attempts=1))["id"]
+    nested = "[" * 990 + "]" * 990
+    deep = {"payload": nested, "priority": "HIGH"}
+    message = (await client.post(f"/v1/queues/{queue}/messages", json=deep)).json()["id"]
+    for path in (f"/console/queues/{queue}/messages/{message}", f"/console/queues/{queue}"):
+        response = await client.get(path)
+        assert response.status_code == 200, (path, response.text[:300])
+    detail = await client.get(f"/console/queues/{queue}/messages/{message}")
+    assert f'<pre class="json" data-payload>{nested}</pre>' in detail.text
+    assert "JSON, pretty-printed" not in detail.text
+    # The same payload as a dead letter.
+    taken = (await client.post(f"/v1/queues/{queue}/messages/dequeue")).json()
+    await client.post(
+        f"/v1/queues/{queue}/messages/{taken['id']}/visibility",
+        json={"receipt_handle": taken["receipt_handle"], "visibility_timeout_seconds": 0},
+    )
+    assert (await client.post(f"/v1/queues/{queue}/messages/dequeue")).status_code == 204
+    letter = (await client.get(f"/v1/queues/{queue}/dead-letters")).json()["items"][0]["id"]
+    assert (await client.get(f"/console/queues/{queue}/dead-letters")).status_code == 200
+    detail = await client.get(f"/console/queues/{queue}/dead-letters/{letter}")
+    assert detail.status_code == 200, detail.text[:300]
+    assert f'<pre class="json" data-payload>{nested}</pre>' in detail.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console/static/%00",
+        "/console/static/\x00",
+        "/console/static/a\x00b.css",
+        "/console/static/" + "a" * 5000,
+        "/console/static/" + "a/" * 3000 + "x.css",
+        "/console/static/..",
+        "/console/static/../__init__.py",
+        "/console/static/../../../../../../etc/passwd",
+        "/console/static//etc/passwd",
+        "/console/static/console.css/..",
+        "/console/static/console.css/x",
+        "/console/static/%ff.css",
+        "/console/static/\udcff.css",
+        "/console/static/nope.css",
+    ],
+)
+@pytest.mark.parametrize("auth", [False, True])
+async def test_odd_static_paths_are_404_without_sign_in(
+    container: ApiContainer, path: str, auth: bool
+) -> None:
+    """Sent as the ASGI path itself (an HTTP client would normalise ``..``): never a 500,
+    never a file outside the static folder."""
+    if auth:
+        container.auth.override(providers.Object(AuthConfig(enabled=True, tokens=TOKENS)))
+    app = container.app()
+    raw = path.encode("utf-8", "surrogateescape")
+    status, headers, body = await raw_request(app, "GET", raw.decode("latin-1"), [], [])
+    assert status == 404, (path, body[:300])
+    assert headers[b"content-type"] == PROBLEM.encode(), body[:300]
+    assert b"not_found" in body
+    status, _, _ = await raw_request(app, "HEAD", raw.decode("latin-1"), [], [])
+    assert status == 404, path
 
 
 async def test_an_unreachable_database_is_a_503_page_with_retry_after(

@@ -28,6 +28,7 @@ from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
 SRC = Path(__file__).resolve().parents[3] / "src" / "retsu"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
+AUTH = AuthConfig(enabled=True, tokens=(ApiToken("ops", "s3cret-ops", frozenset({ADMIN})),))
 
 
 def plain_template(path: str) -> str:
@@ -125,8 +126,7 @@ def test_every_route_is_described(document: dict[str, Any]) -> None:
 async def test_the_document_and_the_reference_page_need_no_token(
     container: ApiContainer,
 ) -> None:
-    auth = AuthConfig(enabled=True, tokens=(ApiToken("ops", "s3cret-ops", frozenset({ADMIN})),))
-    async with AsyncTestClient(app=container.app(auth=auth)) as client:
+    async with AsyncTestClient(app=container.app(auth=AUTH)) as client:
         assert (await client.get(OPENAPI_PATH)).status_code == 200
         page = await client.get(DOCS_PATH)
         assert page.status_code == 200
@@ -143,11 +143,27 @@ async def test_nothing_else_is_served_under_the_document(client: Client) -> None
         assert response.headers["content-type"] == "application/problem+json", path
 
 
-def test_open_routes_need_no_security(document: dict[str, Any], app: Litestar) -> None:
+def test_with_auth_the_v1_routes_need_a_bearer_token(container: ApiContainer) -> None:
+    app = container.app(auth=AUTH)
+    document = _build(app)
     scopes = declared_scopes(app)
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     for method, path, op in _operations(document):
         expected = [] if scopes[(method, path)] is None else [{"bearer": []}]
         assert op["security"] == expected, (method, path)
+
+
+async def test_without_auth_no_route_needs_a_token(
+    container: ApiContainer, document: dict[str, Any], client: Client
+) -> None:
+    """The document describes the server it comes from: with auth off, no security scheme
+    and no requirement (a generated client would otherwise ask for a token)."""
+    container.app(auth=AUTH)  # another app of the process, with auth, changes nothing here
+    for candidate in (document, (await client.get(OPENAPI_PATH)).json()):
+        assert "securitySchemes" not in candidate.get("components", {})
+        assert "security" not in candidate
+        for method, path, op in _operations(candidate):
+            assert op["security"] == [], (method, path)
 
 
 # -- parameters, bodies, errors ---------------------------------------------------------
@@ -280,12 +296,10 @@ def test_errors_are_problem_json_with_their_codes(document: dict[str, Any], app:
                 assert f"`{code}`" in op["description"], (method, path, code)
         scopes = declared_scopes(app)[(method, path)]
         if scopes is None:
-            assert op["security"] == [] and "401" not in codes, (method, path)
-        else:
-            assert op["security"] == [{"bearer": []}], (method, path)
+            assert "401" not in codes, (method, path)
+        else:  # described as "only with auth.enabled"
             assert codes["401"] == ["unauthorized"]
             assert ("403" in codes) == (scopes != SCOPES), (method, path)
-            assert "bearer" in document["components"]["securitySchemes"]
         if path.startswith("/v1/queues/{queue_id}"):
             assert "queue_not_found" in codes["404"], (method, path)
         if path.startswith("/v1"):
@@ -296,6 +310,21 @@ def test_errors_are_problem_json_with_their_codes(document: dict[str, Any], app:
             assert "x-request-id" in response["headers"], (method, path, status)
             if status >= "400":
                 assert status in codes, (method, path, status)  # every error is a problem
+
+
+def test_only_the_single_enqueue_takes_an_idempotency_key(document: dict[str, Any]) -> None:
+    """SPEC §3.3: the batch route does not take the header; it answers 400 when sent, and
+    says so in its description and errors instead of offering it as a parameter."""
+    messages = "/v1/queues/{queue_id}/messages"
+    takers = [
+        (method, path)
+        for method, path, op in _operations(document)
+        if any(p["name"].lower() == "idempotency-key" for p in op.get("parameters", []))
+    ]
+    assert takers == [("POST", messages)]
+    batch = document["paths"][messages + "/batch"]["post"]
+    assert "invalid_idempotency_key" in error_codes(batch)["400"]
+    assert "Idempotency-Key header is not accepted" in batch["description"]
 
 
 def test_every_documented_code_exists_in_the_code(document: dict[str, Any]) -> None:

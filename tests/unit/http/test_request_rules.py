@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -179,6 +180,131 @@ async def test_invalid_json_on_enqueue(client: Client, new_queue: NewQueue, body
     queue = await new_queue()
     response = await client.post(f"/v1/queues/{queue['id']}/messages", json=body)
     assert_problem(response, 400, "invalid_json")
+
+
+# Duplicate keys: msgspec (like most parsers) keeps the last; the contract refuses them.
+DUPLICATE_KEYS = [
+    pytest.param(b'{"payload": "a", "priority": "HIGH", "payload": "b"}', id="top-level"),
+    pytest.param(b'{"payload":"a","payload":"a","priority":"HIGH"}', id="same-value"),
+    pytest.param(
+        b'{"payload": "a", "priority": "HIGH", "ttl_seconds": 5, "ttl_seconds": null}',
+        id="then-null",
+    ),
+    pytest.param(
+        b'{"payload": "a", "priority": "HIGH", "ttl_seconds": null, "ttl_seconds": null}',
+        id="null-twice",
+    ),
+    pytest.param(b'{"payload": "a", "priority": "HIGH", "p\\u0061yload": "b"}', id="escaped"),
+    pytest.param(
+        b'{"payload": "a", "priority": "HIGH", "\\u0070\\u0072iority": "LOW"}', id="escaped-both"
+    ),
+    pytest.param(
+        b'{"payload": "\\"priority\\"", "priority": "HIGH", "priority": "LOW"}',
+        id="key-text-in-a-value",
+    ),
+]
+
+
+@pytest.mark.parametrize("body", DUPLICATE_KEYS)
+async def test_duplicate_keys_are_invalid_json(
+    client: Client, new_queue: NewQueue, body: bytes
+) -> None:
+    queue = await new_queue()
+    url = f"/v1/queues/{queue['id']}/messages"
+    json_headers = {"content-type": "application/json"}
+    response = await client.post(url, content=body, headers=json_headers)
+    assert "repeats" in assert_problem(response, 400, "invalid_json")["detail"]
+    # In one entry of a batch, too (and nothing is enqueued).
+    one = b'{"payload": "ok", "priority": "LOW"}'
+    batch = b'{"messages": [' + one + b", " + body + b"]}"
+    response = await client.post(url + "/batch", content=batch, headers=json_headers)
+    assert_problem(response, 400, "invalid_json")
+    stats = (await client.get(f"/v1/queues/{queue['id']}")).json()["stats"]
+    assert stats["ready"] == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(
+            b'{"messages": [{"payload": "a", "priority": "HIGH"}], "messages": []}',
+            id="batch-top-level",
+        ),
+        pytest.param(
+            b'{"messages": [{"payload": "a", "priority": "HIGH"}, '
+            b'{"payload": "b", "priority": "LOW", "delay_seconds": 1, '
+            b'"delay_seconds": 2}]}',
+            id="batch-entry",
+        ),
+        pytest.param(
+            b'{"messages": [{"payload": "a", "priority": "HIGH", "ttl_seconds": 9, '
+            b'"ttl_seconds": 9}, {"payload": "b", "priority": "LOW"}]}',
+            id="hidden-by-an-entry-without-it",
+        ),
+    ],
+)
+async def test_duplicate_keys_in_a_batch_are_invalid_json(
+    client: Client, new_queue: NewQueue, body: bytes
+) -> None:
+    queue = await new_queue()
+    response = await client.post(
+        f"/v1/queues/{queue['id']}/messages/batch",
+        content=body,
+        headers={"content-type": "application/json"},
+    )
+    assert_problem(response, 400, "invalid_json")
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("", b'{"name": "a", "name": "b"}'),
+        ("/{q}", b'{"max_delivery_attempts": 2, "max_delivery_attempts": 3}'),
+        ("/{q}/messages/dequeue", b'{"wait_seconds": 0, "wait_seconds": 0}'),
+        (
+            "/{q}/messages/acknowledge",
+            b'{"messages": [{"id": "' + MISSING_ID.encode() + b'", "receipt_handle": "h", '
+            b'"receipt_handle": "h"}]}',
+        ),
+    ],
+)
+async def test_every_json_body_refuses_duplicate_keys(
+    client: Client, new_queue: NewQueue, path: str, body: bytes
+) -> None:
+    queue = await new_queue()
+    method = "PATCH" if path == "/{q}" else "POST"
+    response = await client.request(
+        method,
+        "/v1/queues" + path.replace("{q}", queue["id"]),
+        content=body,
+        headers={"content-type": "application/json"},
+    )
+    assert_problem(response, 400, "invalid_json")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '"priority"',
+        '{"payload": 1, "payload": 2}',  # a JSON text inside the payload is only text
+        '\\u0070ayload "payload" "priority" "ttl_seconds"',
+        "C:\\u00e9\\u0070",
+        "é ü ß 東京",
+    ],
+)
+async def test_key_names_inside_values_are_not_duplicates(
+    client: Client, new_queue: NewQueue, payload: str
+) -> None:
+    queue = await new_queue()
+    url = f"/v1/queues/{queue['id']}/messages"
+    body = {"payload": payload, "priority": "HIGH", "ttl_seconds": 60}
+    for raw in (json.dumps(body).encode(), json.dumps(body, ensure_ascii=False).encode()):
+        response = await client.post(url, content=raw, headers={"content-type": "application/json"})
+        assert response.status_code == 201, response.text
+    batch = {"messages": [body, {"payload": payload, "priority": "LOW"}]}
+    assert (await client.post(url + "/batch", json=batch)).status_code == 201
+    taken = (await client.post(url + "/dequeue", json={"max_messages": 10})).json()["messages"]
+    assert [m["payload"] for m in taken] == [payload] * 4
 
 
 # -- paths, routes, methods ----------------------------------------------------------

@@ -37,6 +37,7 @@ from retsu.adapters.http.cursors import Cursors
 from retsu.adapters.http.middleware import instrument_asgi
 from retsu.adapters.http.openapi import (
     StrictStructSchemaPlugin,
+    declare_security,
     docs_page,
     documented,
     openapi_config,
@@ -138,6 +139,7 @@ def create_app(
         ),
         docs_page,
     ]
+    bearer = auth is not None and auth.enabled
     # The operator console (adapters/http/console): its own router, pages and errors.
     console_routes = console_handlers(console, options_handlers) if console is not None else []
     app = Litestar(
@@ -157,10 +159,11 @@ def create_app(
         # Logging is configured by the entrypoint (retsu.adapters.telemetry); errors are
         # logged by our own 500 handler with the request id.
         logging_config=None,
-        openapi_config=openapi_config(),
+        openapi_config=openapi_config(bearer=bearer),
         plugins=[StrictStructSchemaPlugin()],
         request_max_body_size=MAX_BODY_BYTES,
     )
+    declare_security(app, bearer=bearer)
     # Bearer-token auth (adapters/http/auth.py) sits inside the request-id and metrics
     # layers, so a 401/403 carries x-request-id and is counted. Not installed when off.
     if auth is not None and auth_enabled:

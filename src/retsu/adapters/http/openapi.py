@@ -17,7 +17,8 @@ returned Struct. What the contract adds is attached here, once per handler, by
 * **headers**: ``x-request-id`` on every response, ``www-authenticate`` on 401,
   ``retry-after`` on 503, and ``reply_headers={status: {name: description}}``; request
   headers a handler reads itself: ``request_headers=(OpenAPI Parameter, ...)``;
-* **security**: the bearer scheme on every ``/v1`` route, none elsewhere.
+* **security**: the bearer scheme on every ``/v1`` route, none elsewhere — declared only
+  by an app with ``auth.enabled`` (``openapi_config(bearer=...)`` and ``declare_security``).
 
 Request Structs forbid unknown fields, so their schemas say ``additionalProperties:
 false`` (``StrictStructSchemaPlugin``).
@@ -32,7 +33,7 @@ from http import HTTPStatus
 from typing import Any, ClassVar, Final
 
 import msgspec
-from litestar import Request, Router, get
+from litestar import Litestar, Request, Router, get
 from litestar.enums import MediaType
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
@@ -66,6 +67,7 @@ __all__ = [
     "DOCS_PATH",
     "OPENAPI_PATH",
     "StrictStructSchemaPlugin",
+    "declare_security",
     "docs_page",
     "document",
     "documented",
@@ -200,6 +202,8 @@ class _Operation(Operation):
     extra_headers: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     request_headers: ClassVar[Sequence[OpenAPIParameter]] = ()
     error_codes: ClassVar[Mapping[int, list[str]]] = {}
+    # A /v1 route: its 503 (database_unavailable) carries retry-after.
+    database_route: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.security is None:
@@ -213,7 +217,7 @@ class _Operation(Operation):
             names = ["x-request-id"]
             if status == "401":
                 names.append("www-authenticate")
-            if status == "503" and self.security:
+            if status == "503" and self.database_route:
                 names.append("retry-after")
             headers = dict(response.headers or {})
             for name in names:
@@ -280,6 +284,7 @@ def document(handler: HTTPRouteHandler, dependencies: set[str]) -> HTTPRouteHand
             },
             "request_headers": tuple(handler.opt.get("request_headers", ())),
             "error_codes": errors,
+            "database_route": scopes != {None},
         },
     )
     if not handler.tags:
@@ -353,28 +358,41 @@ class _DocumentRouter(Router):
         return super().register(value)
 
 
-def openapi_config() -> OpenAPIConfig:
+def openapi_config(*, bearer: bool) -> OpenAPIConfig:
+    """``bearer``: the app checks tokens (``auth.enabled``), so the document declares the
+    scheme (and ``declare_security`` leaves the routes' requirement in place)."""
+    schemes: dict[str, SecurityScheme | Reference] = {
+        "bearer": SecurityScheme(
+            type="http",
+            scheme="bearer",
+            description="A token secret from `auth.tokens`. Its `name` is the audit actor.",
+        )
+    }
     return OpenAPIConfig(
         title="Retsu",
         version=__version__,
         description=_INFO,
         license=License(name="Apache-2.0", identifier="Apache-2.0"),
         tags=[Tag(name=name) for name in ("queues", "messages", "dead letters", "audit", "health")],
-        components=Components(
-            security_schemes={
-                "bearer": SecurityScheme(
-                    type="http",
-                    scheme="bearer",
-                    description="A token secret from `auth.tokens`; only with `auth.enabled`. "
-                    "Its `name` is the audit actor.",
-                )
-            }
-        ),
+        components=Components(security_schemes=schemes if bearer else None),
         # Operation ids are the handlers' names (unique across the route modules).
         operation_id_creator=lambda handler, _method, _components: handler.handler_name,
         openapi_router=_DocumentRouter(OPENAPI_PATH, route_handlers=[], include_in_schema=False),
         render_plugins=[JsonRenderPlugin(path="/", media_type=MediaType.JSON)],
     )
+
+
+def declare_security(app: Litestar, *, bearer: bool) -> None:
+    """Without auth, no route of ``app`` needs a token: its document must not say so (a
+    generated client or the reference page would ask for one). ``document()`` gives the
+    module-level handlers their requirement once; Litestar registers a copy of each handler
+    per app, so clearing it here changes this app's document only."""
+    if bearer:
+        return
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            if isinstance(handler, HTTPRouteHandler):
+                handler.security = []
 
 
 class _Scalar(ScalarRenderPlugin):

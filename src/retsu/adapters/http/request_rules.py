@@ -9,10 +9,10 @@ first decode to builtins, for bodies) is more forgiving than the contract:
 * ``JsonRequest.json`` decodes a body **strictly** into the handler's Struct (Litestar
   decodes to builtins, then converts leniently: ``"3"`` would pass as ``3``), after checking
   ``content-type: application/json`` (parameters allowed; else ``415``). Malformed JSON,
-  unknown fields, wrong types, missing fields, a non-object: ``400 invalid_json``. ``null``
-  for an optional field means absent. ``JsonRequest.body`` enforces the 1 MiB limit
-  (``413``, announced or streamed). An empty body on an optional-body route is "no body"
-  (Litestar never calls ``json()`` then).
+  unknown fields, wrong types, missing fields, a non-object, a key repeated in one object
+  (``json_keys``): ``400 invalid_json``. ``null`` for an optional field means absent.
+  ``JsonRequest.body`` enforces the 1 MiB limit (``413``, announced or streamed). An empty
+  body on an optional-body route is "no body" (Litestar never calls ``json()`` then).
 * ``check_request_rules`` (the app's ``before_request``): a UUID path or query value must be
   the canonical 36-character form (``uuid.UUID`` and msgspec also take 32 bare hex digits,
   braces or ``urn:uuid:``); a declared query parameter or header given twice is refused
@@ -40,6 +40,8 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import ParameterKwarg
 from litestar.types import Empty
+
+from retsu.adapters.http.json_keys import KeyCheck
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -97,7 +99,10 @@ def parameter_code(name: str) -> str:
 
 
 def _short(error: Exception) -> str:
-    text = str(error)
+    return _short_text(str(error))
+
+
+def _short_text(text: str) -> str:
     return text if len(text) <= _MAX_ERROR_LENGTH else text[:_MAX_ERROR_LENGTH] + "…"
 
 
@@ -115,11 +120,11 @@ def _without_none(annotation: Any) -> Any:
     return annotation
 
 
-def _body_decoder(handler: HTTPRouteHandler) -> msgspec.json.Decoder[Any]:
-    decoder: msgspec.json.Decoder[Any] | None = handler.opt.get(_DECODER_KEY)
+def _body_decoder(handler: HTTPRouteHandler) -> tuple[msgspec.json.Decoder[Any], KeyCheck]:
+    decoder: tuple[msgspec.json.Decoder[Any], KeyCheck] | None = handler.opt.get(_DECODER_KEY)
     if decoder is None:
-        field = handler.parsed_fn_signature.parameters["data"]
-        decoder = handler.opt[_DECODER_KEY] = msgspec.json.Decoder(_without_none(field.annotation))
+        kind = _without_none(handler.parsed_fn_signature.parameters["data"].annotation)
+        decoder = handler.opt[_DECODER_KEY] = (msgspec.json.Decoder(kind), KeyCheck(kind))
     return decoder
 
 
@@ -171,16 +176,21 @@ class JsonRequest(Request[Any, Any, Any]):
                 content_type = value  # sent twice: the last one counts
         if content_type is None or not is_json_media_type(content_type):
             raise unsupported_media_type()
-        decoder = _body_decoder(self.route_handler)
+        decoder, keys = _body_decoder(self.route_handler)
         body = await self.body()  # 413 past request_max_body_size, announced or streamed
         try:
-            return decoder.decode(body)
+            value = decoder.decode(body)
         except msgspec.ValidationError as error:
             raise invalid_json(
                 f"The request body does not fit this route: {_short(error)}."
             ) from None
         except msgspec.DecodeError as error:
             raise invalid_json(f"The request body is not valid JSON: {_short(error)}.") from None
+        repeated = keys.repeated(body, value)
+        if repeated is not None:
+            # Which of the two values counts is each parser's guess.
+            raise invalid_json(f"The request body repeats the key {_short_text(repeated)!r}.")
+        return value
 
 
 # -- parameters ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ of our own for the overview's live refresh (``static/console.js``). See docs/con
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +18,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar import Router
 from litestar.datastructures import CacheControlHeader, ResponseHeader
 from litestar.di import Provide
+from litestar.file_system import BaseLocalFileSystem
 from litestar.handlers import HTTPRouteHandler
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
-from litestar.types import ControllerRouterHandler
+from litestar.types import ControllerRouterHandler, PathType
 
 from retsu.adapters.http.auth import AuthConfig
 from retsu.adapters.http.console.gate import EXCEPTION_HANDLERS, ROOT, context_of, make_gate
@@ -50,6 +52,27 @@ _PAGE_HEADERS: Final = [
     # Pages show live state and may show payloads: never cached, never stored.
     ResponseHeader(name="cache-control", value="no-store"),
 ]
+
+
+# What the OS says of a name that cannot be a file under STATIC: too long, a file used as a
+# folder, a symlink loop, bytes the file system refuses.
+_NOT_A_FILE: Final = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EINVAL})
+
+
+class _StaticFileSystem(BaseLocalFileSystem):
+    """The static folder, where a name the OS cannot look up is a file that is not there
+    (``404``): Litestar turns any OSError but "not found" into a 500, and a NUL byte
+    (``/console/static/%00``) raises ValueError before the OS is asked."""
+
+    async def info(self, path: PathType, **kwargs: Any) -> Any:
+        try:
+            return await super().info(path, **kwargs)
+        except ValueError:
+            raise FileNotFoundError(errno.ENOENT, "not a file name") from None
+        except OSError as error:
+            if error.errno in _NOT_A_FILE:
+                raise FileNotFoundError(errno.ENOENT, "not a file name") from None
+            raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +131,7 @@ def console_handlers(
         create_static_files_router(
             path=ROOT + "/static",
             directories=[STATIC],
+            file_system=_StaticFileSystem(),
             name="console-static",
             # Revalidated on every load (ETag): a new release's CSS is never stale.
             cache_control=CacheControlHeader(no_cache=True),

@@ -6,16 +6,24 @@ never computes anything a use case should.
 
 from __future__ import annotations
 
-import json
+import re
 from datetime import UTC, datetime
-from typing import Any, Final
+from itertools import accumulate
+from typing import Final
 
+import msgspec
 from jinja2 import Environment
 
 # Payload previews in a table: enough to recognise a message, bounded whatever its size.
 PREVIEW_CHARS: Final = 96
 # Pretty-printing is skipped past this size (the raw text is shown instead).
 PRETTY_MAX_CHARS: Final = 256 * 1024
+# ... and past this depth: each level indents every line below it, so a small payload
+# nested 990 deep became megabytes (and a RecursionError in the recursive printer).
+PRETTY_MAX_DEPTH: Final = 32
+_JSON_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_A_BRACKET: Final = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def number(value: int | float | None) -> str:
@@ -90,15 +98,23 @@ def preview(payload: str, limit: int = PREVIEW_CHARS) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def nesting_depth(text: str) -> int:
+    """How deep JSON text nests, counted without recursion (brackets inside strings do
+    not count; the text need not be valid JSON)."""
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
 def pretty(payload: str) -> tuple[str, bool]:
-    """The payload pretty-printed when it is JSON (and not huge), with whether it was."""
-    if len(payload) > PRETTY_MAX_CHARS:
+    """The payload pretty-printed when it is JSON (and neither huge nor deeply nested),
+    with whether it was. Keys keep their order, text its characters (msgspec's printer
+    copies strings as they are; it never builds Python objects)."""
+    if len(payload) > PRETTY_MAX_CHARS or nesting_depth(payload) > PRETTY_MAX_DEPTH:
         return payload, False
     try:
-        value: Any = json.loads(payload)
-    except ValueError:
+        return msgspec.json.format(payload, indent=2), True
+    except (msgspec.DecodeError, RecursionError):
         return payload, False
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False), True
 
 
 def register_filters(environment: Environment) -> None:

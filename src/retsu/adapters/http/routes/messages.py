@@ -133,7 +133,6 @@ async def enqueue_message(
     "(`400 invalid_idempotency_key`): send messages one by one to make them idempotent.",
     response_description="The new ids, in request order.",
     errors=("invalid_batch_size", *_MESSAGE_CODES, "invalid_idempotency_key"),
-    request_headers=(IDEMPOTENCY_KEY,),
     scopes=CONSUMER,
 )
 async def enqueue_batch(
