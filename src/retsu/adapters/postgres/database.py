@@ -117,6 +117,17 @@ def _unavailable(error: BaseException) -> NoReturn:
     raise DatabaseUnavailable() from error
 
 
+def _raise_broken_at_close(error: BaseException, *, committing: bool) -> NoReturn:
+    """An error of a checked-out connection that reached ``async with``'s exit: the work's
+    own errors (re-raised as they are), or closing the connection failed because the
+    server dropped it meanwhile (SQLAlchemy rolls back an unfinished transaction there) —
+    a broken connection like any other, so never a 500."""
+    broken = broken_connection(error)
+    if broken is None:
+        raise error
+    raise _Broke(broken, error, committing=committing) from error
+
+
 def _gave_way(error: BaseException) -> bool:
     return isinstance(error, DBAPIError) and sqlstate(error) in (
         LOCK_NOT_AVAILABLE,
@@ -196,9 +207,9 @@ class Database:
                     await connection.invalidate()
                     raise _Broke(broken, error, committing=True) from error
         except _UNREACHABLE as error:
-            if checked_out:
-                raise
-            _unavailable(error)
+            if not checked_out:
+                _unavailable(error)
+            _raise_broken_at_close(error, committing=True)
 
     # -- everything else: SQLAlchemy, read-only or one explicit transaction -----------
 
@@ -265,9 +276,11 @@ class Database:
                     await connection.invalidate()
                     raise _Broke(broken, error, committing=committing) from error
         except _UNREACHABLE as error:
-            if checked_out:
-                raise
-            _unavailable(error)
+            if not checked_out:
+                _unavailable(error)
+            # Closing rolls back a transaction the work left open (a read, or work that
+            # failed), and never one that committed: nothing was committed.
+            _raise_broken_at_close(error, committing=False)
 
     async def yielding(
         self,
