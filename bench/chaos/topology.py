@@ -301,12 +301,10 @@ async def replicate(primary: PrivatePostgres, standby: PrivatePostgres, *, sync:
         await admin.close()
 
 
-def failover_url(primary: PrivatePostgres, standby: PrivatePostgres, database: str) -> str:
-    """The libpq URL naming both (SPEC §10): whichever takes writes is used."""
-    return (
-        f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/{database}"
-        "?target_session_attrs=read-write"
-    )
+def failover_url(nodes: Sequence[PrivatePostgres], database: str) -> str:
+    """The libpq URL naming every node (SPEC §10): whichever takes writes is used."""
+    hosts = ",".join(f"127.0.0.1:{node.port}" for node in nodes)
+    return f"postgresql://postgres@{hosts}/{database}?target_session_attrs=read-write"
 
 
 class PrivateRedis:
@@ -448,16 +446,34 @@ class RetsuProcess:
 @dataclass
 class Topology:
     root: Path
-    postgres: PrivatePostgres
+    postgres: PrivatePostgres  # the primary (after a failover: the promoted standby)
     redis: PrivateRedis
     pgbouncer: PrivatePgBouncer | None
     apis: list[RetsuProcess] = field(default_factory=list)
     workers: list[RetsuProcess] = field(default_factory=list)
+    # A streaming standby, for the primary-failover fault; Retsu's URLs then name both.
+    standby: PrivatePostgres | None = None
+    lost: list[PrivatePostgres] = field(default_factory=list)  # primaries killed
+
+    @property
+    def direct_url(self) -> str:
+        """Retsu's URL straight to PostgreSQL: both hosts, libpq style, when there is a
+        standby (the same URL before and after a failover), else the one server."""
+        if self.standby is None and not self.lost:
+            return self.postgres.url()
+        nodes = [*self.lost, self.postgres, *([self.standby] if self.standby else [])]
+        return failover_url(nodes, DATABASE)
 
     @property
     def pooled_url(self) -> str:
         """What `database.url` points at: PgBouncer when there is one, else PostgreSQL."""
-        return self.pgbouncer.url() if self.pgbouncer is not None else self.postgres.url()
+        return self.pgbouncer.url() if self.pgbouncer is not None else self.direct_url
+
+    def promoted(self) -> None:
+        """The standby was promoted: it is the primary now, the old one is lost."""
+        assert self.standby is not None
+        self.lost.append(self.postgres)
+        self.postgres, self.standby = self.standby, None
 
     @property
     def retsu_processes(self) -> list[RetsuProcess]:
@@ -473,7 +489,7 @@ class Topology:
     def migrate(self) -> None:
         done = subprocess.run(
             [*RETSU, "migrate"],
-            env=retsu_env({"database.url": self.postgres.url(), "logging.filter": "warn"}),
+            env=retsu_env({"database.url": self.direct_url, "logging.filter": "warn"}),
             capture_output=True,
             text=True,
             timeout=180,
@@ -489,7 +505,7 @@ class Topology:
             {
                 "database.url": self.pooled_url,
                 # What needs a session (LISTEN) goes straight to PostgreSQL (SPEC §10).
-                "database.session_url": self.postgres.url(),
+                "database.session_url": self.direct_url,
                 "cache.distributed.url": self.redis.url,
                 "http.port": str(port),
                 **settings,
@@ -504,11 +520,11 @@ class Topology:
         port = free_port()
         # The collector needs a session for its advisory lock: the direct URL. The
         # cleaners run plain transactions: the pooler.
-        url = self.postgres.url() if worker == "state-metrics-collector" else self.pooled_url
+        url = self.direct_url if worker == "state-metrics-collector" else self.pooled_url
         env = retsu_env(
             {
                 "database.url": url,
-                "database.session_url": self.postgres.url(),
+                "database.session_url": self.direct_url,
                 "cache.distributed.url": self.redis.url,
                 "worker.management.port": str(port),
                 **settings,
@@ -531,4 +547,7 @@ class Topology:
         if self.pgbouncer is not None:
             self.pgbouncer.child.stop(timeout=5, sig=signal.SIGTERM)
         self.redis.child.stop(timeout=5)
-        self.postgres.stop()
+        for server in (self.postgres, self.standby, *self.lost):
+            if server is not None:
+                server.stop()  # a no-op for a killed one
+                server.forget_shared_memory()
