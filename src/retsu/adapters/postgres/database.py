@@ -4,8 +4,9 @@ Every statement of every port goes through ``Database``, which keeps three promi
 
 1. **A connection the server dropped is never used.** At checkout the pool discards a
    connection asyncpg already knows is closed (``engine.py``: a local flag, no round
-   trip) and hands out a fresh one; a connection that breaks under a statement is
-   invalidated, never returned to the pool.
+   trip) and hands out a fresh one; a connection that breaks under a statement (or when
+   it is closed), or turns out to be on a read-only server, is invalidated, never
+   returned to the pool (``errors.py`` says which errors mean that).
 2. **A statement that failed because its connection broke runs once more on a fresh
    connection, when that cannot store anything twice.** Nothing sent (asyncpg refused
    to send on a closed connection): always. Inside an explicit transaction, a failure
