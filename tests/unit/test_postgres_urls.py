@@ -50,6 +50,11 @@ def test_connect_timeout_is_taken_out_asyncpg_would_send_it_as_a_server_setting(
     assert host.url == "postgresql://u@db/retsu?sslmode=require"
 
 
+def test_sqlalchemys_ssl_parameter_becomes_libpqs_sslmode() -> None:
+    [host] = split_hosts("postgresql+asyncpg://u@db/retsu?ssl=require")
+    assert host.url == "postgresql://u@db/retsu?sslmode=require"
+
+
 def test_hosts_listed_before_the_path_become_one_url_each_in_order() -> None:
     url = "postgresql://u:pw@db1:5432,[::1]:5433,db3/retsu?target_session_attrs=read-write"
     assert split_hosts(url) == [

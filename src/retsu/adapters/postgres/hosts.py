@@ -61,14 +61,21 @@ def libpq_url(url: str) -> str:
 def split_hosts(url: str) -> list[Host]:
     """One URL per host of ``url``, in its order; ``connect_timeout`` taken out (it is
     applied per host by ``PostgresHosts``, and asyncpg would send it to the server as a
-    setting). ValueError, never echoing the URL, when the hosts or ports do not add up."""
+    setting) and ``ssl`` spelt ``sslmode``. ValueError, never echoing the URL, when the
+    hosts or ports do not add up."""
     plain = libpq_url(url)
     try:
         parts = urlsplit(plain)
     except ValueError:  # e.g. an unclosed IPv6 bracket (its message would quote the URL)
         raise ValueError("is not a valid URL") from None
     query = parse_qsl(parts.query, keep_blank_values=True)
-    kept = [(key, value) for key, value in query if key != "connect_timeout"]
+    # SQLAlchemy's asyncpg URLs (postgresql+asyncpg://, accepted too) spell sslmode "ssl";
+    # asyncpg would send an unknown parameter to the server as a setting.
+    kept = [
+        ("sslmode" if key == "ssl" else key, value)
+        for key, value in query
+        if key != "connect_timeout"
+    ]
     userinfo, at, hostlist = parts.netloc.rpartition("@")
     query_hosts = [value for key, value in kept if key == "host"]
     if "," in hostlist:
@@ -92,8 +99,8 @@ def split_hosts(url: str) -> list[Host]:
             split.append(Host(_with(parts, parts.netloc, [("host", host), *port, *others]), label))
         return split
     label = hostlist or ",".join(query_hosts) or "localhost"
-    if len(kept) == len(query):
-        return [Host(plain, label)]  # nothing to take out: the URL exactly as written
+    if kept == query:
+        return [Host(plain, label)]  # nothing to change: the URL exactly as written
     return [Host(_with(parts, parts.netloc, kept), label)]
 
 
