@@ -96,6 +96,7 @@ def test_urls_settings_accept(url: str) -> None:
         ("postgresql://u@/retsu?host=a,b,c&port=1,2", "names 3 hosts but 2 ports"),
         ("postgresql://u@db/retsu?connect_timeout=soon", "has a connect_timeout that is not"),
         ("postgresql://u@db/retsu?connect_timeout=0", "has a connect_timeout that is not"),
+        ("postgresql://u@db/retsu?connect_timeout=nan", "has a connect_timeout that is not"),
         ("postgresql://u@db1,db2/retsu?target_session_attrs=standby", "target_session_attrs"),
         ("postgresql://u@db/retsu?target_session_attrs=read-only", "target_session_attrs"),
     ],

@@ -26,6 +26,7 @@ primary) is passed over like an unreachable one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -124,7 +125,7 @@ def connect_timeout(url: str) -> float | None:
         seconds = float(values[-1])
     except ValueError:
         raise ValueError("has a connect_timeout that is not a number of seconds") from None
-    if seconds <= 0:
+    if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError("has a connect_timeout that is not a positive number of seconds")
     return seconds
 
