@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
-from retsu.adapters.postgres.engine import async_url
+from retsu.adapters.postgres.hosts import libpq_url
 from retsu.adapters.postgres.migrations import upgrade
 from tests.support.services import (
     PostgresServer,
@@ -36,7 +36,7 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 def _plain(url: str) -> str:
     """asyncpg wants postgresql:// without a driver suffix."""
-    return async_url(url).replace("postgresql+asyncpg://", "postgresql://", 1)
+    return libpq_url(url)
 
 
 async def create_database(server: PostgresServer, *, migrate: bool = True) -> str:

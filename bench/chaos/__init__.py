@@ -5,7 +5,8 @@ temporary directory, on a free port), its own Redis, optionally its own PgBounce
 transaction mode, ``retsu migrate``, two ``retsu api`` processes, both cleaners and two
 state-metrics collectors — runs producers and consumers over HTTP with numbered
 payloads while it injects faults in sequence (an API process killed with SIGKILL and
-restarted, PostgreSQL restarted, PgBouncer restarted, Redis stopped for 20 s), then
+restarted, PostgreSQL restarted, PgBouncer restarted, Redis stopped for 20 s; opt-in:
+the primary's machine lost and a streaming standby promoted), then
 drains the queue and prints the accounting: acknowledged enqueues, deliveries, messages
 lost, acknowledged messages delivered again, client errors by kind in each fault
 window, time to ready after PostgreSQL returns, and whether the exact stats equal a

@@ -37,11 +37,14 @@ from bench.chaos.topology import (
     Topology,
     TopologyError,
     find_postgres_bin,
+    replicate,
 )
 
 # Room for the longest fault (Redis down 20 s) and its aftermath before the next one.
 SECONDS_PER_FAULT = 37.0
-FAULTS = ("api-kill", "postgres-restart", "pgbouncer-restart", "redis-stop")
+FAULTS = ("api-kill", "postgres-restart", "pgbouncer-restart", "redis-stop", "primary-failover")
+# Not in the default run: it needs a standby, and no PgBouncer (which points at one server).
+OPT_IN_FAULTS = ("primary-failover",)
 WORKERS = ("expired-message-cleaner", "dead-letter-message-cleaner", "state-metrics-collector")
 # Short worker intervals (the minimum each setting accepts) so a run sees several cycles.
 WORKER_SETTINGS = {
@@ -61,7 +64,9 @@ def reason(child: Child) -> str:
 
 
 def default_faults(with_pgbouncer: bool) -> tuple[str, ...]:
-    return tuple(f for f in FAULTS if f != "pgbouncer-restart" or with_pgbouncer)
+    return tuple(
+        f for f in FAULTS if f not in OPT_IN_FAULTS and (f != "pgbouncer-restart" or with_pgbouncer)
+    )
 
 
 def _faults(value: str) -> tuple[str, ...]:
@@ -90,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--faults",
         type=_faults,
         help=f"comma-separated, in order, from {', '.join(FAULTS)} (default: api-kill, "
-        "postgres-restart, pgbouncer-restart when PgBouncer runs, redis-stop)",
+        "postgres-restart, pgbouncer-restart when PgBouncer runs, redis-stop). "
+        "primary-failover: a streaming standby runs from the start and Retsu's URL names "
+        "both; every process of the primary is SIGKILLed (its machine lost) and the standby "
+        "promoted after --failover-delay seconds (runs without PgBouncer)",
     )
     parser.add_argument(
         "--rate", type=float, default=100, help="enqueues per second, all producers (default 100)"
@@ -112,6 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("fast", "immediate"),
         default="fast",
         help="pg_ctl restart -m MODE (immediate = a crash and WAL recovery)",
+    )
+    parser.add_argument(
+        "--standby",
+        choices=("sync", "async"),
+        default="sync",
+        help="replication to the standby of primary-failover: synchronous (nothing answered "
+        "may be lost) or asynchronous (the last commits may be; the report counts them)",
+    )
+    parser.add_argument(
+        "--failover-delay",
+        type=float,
+        default=2,
+        help="seconds between killing the primary and promoting the standby (default 2)",
     )
     parser.add_argument(
         "--pgbouncer",
@@ -166,15 +187,27 @@ class Run:
     @staticmethod
     def wants_pgbouncer(args: argparse.Namespace) -> bool:
         installed = shutil.which("pgbouncer") is not None
+        if "primary-failover" in (args.faults or ()):
+            return False  # PgBouncer points at one server: the failover runs without it
         return bool(args.pgbouncer == "on" or (args.pgbouncer == "auto" and installed))
+
+    @staticmethod
+    def wants_standby(args: argparse.Namespace) -> bool:
+        return "primary-failover" in (args.faults or ())
 
     def use_pgbouncer(self) -> bool:
         if self.args.pgbouncer == "on" and shutil.which("pgbouncer") is None:
             raise TopologyError("--pgbouncer on, but pgbouncer is not installed")
+        if self.args.pgbouncer == "on" and self.wants_standby(self.args):
+            raise TopologyError(
+                "primary-failover runs without PgBouncer (it points at one server; behind "
+                "PgBouncer the failover is its job, see docs/operations.md)"
+            )
         return self.wants_pgbouncer(self.args)
 
     async def start(self) -> Topology:
-        postgres = PrivatePostgres(self.root, find_postgres_bin(self.args.pg_bin))
+        bin_dir = find_postgres_bin(self.args.pg_bin)
+        postgres = PrivatePostgres(self.root, bin_dir)
         await asyncio.to_thread(postgres.init)
         await asyncio.to_thread(postgres.start)
         admin = await asyncpg.connect(postgres.url("postgres"))
@@ -182,12 +215,16 @@ class Run:
             await admin.execute(f'CREATE DATABASE "{DATABASE}"')
         finally:
             await admin.close()
+        standby = None
+        if self.wants_standby(self.args):
+            standby = PrivatePostgres(self.root, bin_dir, "standby")
+            await replicate(postgres, standby, sync=self.args.standby == "sync")
         redis = PrivateRedis(self.root)
         pgbouncer = None
         if self.use_pgbouncer():
             # Room for both API pools, both cleaners, and a margin (docs/scaling.md).
             pgbouncer = PrivatePgBouncer(self.root, postgres, pool_size=40)
-        topology = Topology(self.root, postgres, redis, pgbouncer)
+        topology = Topology(self.root, postgres, redis, pgbouncer, standby=standby)
         self.topology = topology
         redis.start()
         if pgbouncer is not None:
@@ -223,11 +260,19 @@ class Run:
             else "none (database.url straight to PostgreSQL)"
         )
         a = self.args
+        standby = (
+            f"  Standby:    pg_basebackup of it, {a.standby}hronous streaming replication, "
+            f"127.0.0.1:{topology.standby.port}; Retsu's URL names both "
+            "(target_session_attrs=read-write)"
+            if topology.standby is not None
+            else None
+        )
         return [
             f"Retsu chaos run, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, retsu {__version__}"
             + (f" at {commit}" if commit else ""),
             f"  PostgreSQL: private cluster, {topology.postgres.version()}, 127.0.0.1:"
             f"{topology.postgres.port} (restart -m {a.postgres_stop_mode})",
+            *([standby] if standby else []),
             f"  PgBouncer:  {pooler}",
             f"  Redis:      private redis-server on 127.0.0.1:{topology.redis.port}",
             "  Retsu:      " + ", ".join(f"{p.name} (:{p.port})" for p in topology.retsu_processes),
@@ -330,6 +375,25 @@ class Run:
             fault.ended = self.ledger.now()
             fault.detail = (
                 f"SIGTERM and start: listening again after {time.monotonic() - began:.2f} s"
+            )
+            await self.measure_readiness(fault, topology, client)
+        elif name == "primary-failover":
+            if topology.standby is None:
+                fault.ended = fault.started
+                fault.detail = "skipped: no standby in this run"
+                return
+            old, new = topology.postgres, topology.standby
+            await asyncio.to_thread(old.kill)
+            await asyncio.sleep(self.args.failover_delay)
+            began = time.monotonic()
+            await asyncio.to_thread(new.promote)
+            topology.promoted()
+            fault.ended = self.ledger.now()
+            fault.detail = (
+                f"every process of the primary (127.0.0.1:{old.port}) SIGKILLed, its machine "
+                f"lost; {self.args.failover_delay:g} s later pg_ctl promote on the "
+                f"{self.args.standby}hronous standby (127.0.0.1:{new.port}): took writes "
+                f"after {time.monotonic() - began:.2f} s"
             )
             await self.measure_readiness(fault, topology, client)
         elif name == "redis-stop":

@@ -8,6 +8,7 @@ PgBouncer run as the ``postgres`` user (both refuse to run as root).
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import shutil
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 RETSU = [sys.executable, "-m", "retsu.entrypoints.cli"]
@@ -139,15 +141,17 @@ class Child:
 
 
 class PrivatePostgres:
-    """A PostgreSQL cluster of the run's own, restartable at will."""
+    """A PostgreSQL cluster of the run's own, restartable at will; or a streaming standby
+    of another (``base_backup``), which can be promoted when its primary is killed."""
 
-    def __init__(self, root: Path, bin_dir: Path) -> None:
+    def __init__(self, root: Path, bin_dir: Path, name: str = "postgres") -> None:
         self.bin_dir = bin_dir
-        self.root = root / "postgres"
+        self.root = root / name
         self.data = self.root / "data"
         self.sockets = self.root / "sockets"
         self.log_path = self.root / "server.log"
         self.port = free_port()
+        self._shared_memory_id: str | None = None
 
     def url(self, database: str = DATABASE) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
@@ -157,11 +161,14 @@ class PrivatePostgres:
             _as_postgres(argv), capture_output=True, text=True, timeout=timeout, check=False
         )
 
-    def init(self) -> None:
+    def _directories(self) -> None:
         self.root.mkdir(parents=True)
         self.sockets.mkdir()
         for path in (self.root, self.sockets):
             _give_to_postgres(path)
+
+    def init(self) -> None:
+        self._directories()
         done = self._run(
             str(self.bin_dir / "initdb"),
             "-D",
@@ -177,6 +184,30 @@ class PrivatePostgres:
         if done.returncode != 0:
             raise TopologyError(f"initdb failed: {done.stderr.strip()[-500:]}")
 
+    def base_backup(self, primary: PrivatePostgres) -> None:
+        """Become a streaming standby of ``primary`` (running): pg_basebackup with -R writes
+        standby.signal and the primary_conninfo; ``start()`` then starts it streaming."""
+        self._directories()
+        done = self._run(
+            str(self.bin_dir / "pg_basebackup"),
+            "-D",
+            str(self.data),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(primary.port),
+            "-U",
+            "postgres",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-R",
+            "--no-sync",
+        )
+        if done.returncode != 0:
+            raise TopologyError(f"pg_basebackup failed: {done.stderr.strip()[-500:]}")
+
     def start(self) -> None:
         self._ctl("start")
 
@@ -187,6 +218,32 @@ class PrivatePostgres:
 
     def stop(self) -> None:
         self._ctl("stop", "-m", "fast", check=False)
+
+    def kill(self) -> int:
+        """SIGKILL the postmaster and, in the same instant, every process of the cluster
+        (pg_ctl starts the postmaster in a process group of its own), as when its machine
+        is lost: no shutdown, no checkpoint, not one more byte of WAL written or sent to a
+        standby. (A SIGKILL of the postmaster alone lets its backends, WAL writer and WAL
+        sender finish what they were doing first.) Returns the postmaster's pid."""
+        lines = (self.data / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0])
+        # The small System V segment every postmaster keeps ("key id" on line 7): nobody
+        # removes it after a SIGKILL; forget_shared_memory() does, at the end.
+        if len(lines) > 6 and len(lines[6].split()) == 2:
+            self._shared_memory_id = lines[6].split()[1]
+        os.killpg(pid, signal.SIGKILL)
+        return pid
+
+    def forget_shared_memory(self) -> None:
+        if self._shared_memory_id is not None and shutil.which("ipcrm"):
+            subprocess.run(["ipcrm", "-m", self._shared_memory_id], capture_output=True)
+            self._shared_memory_id = None
+
+    def promote(self) -> None:
+        """pg_ctl promote: returns once the standby has left recovery and takes writes."""
+        done = self._run(str(self.bin_dir / "pg_ctl"), "promote", "-w", "-D", str(self.data))
+        if done.returncode != 0:
+            raise TopologyError(f"pg_ctl promote failed: {(done.stderr or done.stdout)[-500:]}")
 
     def _ctl(self, action: str, *extra: str, check: bool = True) -> None:
         options = (
@@ -216,6 +273,38 @@ class PrivatePostgres:
             [str(self.bin_dir / "postgres"), "--version"], capture_output=True, text=True
         )
         return done.stdout.strip()
+
+
+async def replicate(primary: PrivatePostgres, standby: PrivatePostgres, *, sync: bool) -> None:
+    """Make ``standby`` (fresh) a streaming standby of ``primary`` (running), wait until it
+    streams, and with ``sync`` make every commit on the primary wait for it
+    (``synchronous_standby_names``). Set on the primary only after the base backup, so the
+    promoted standby does not inherit it and wait for a standby it does not have."""
+    await asyncio.to_thread(standby.base_backup, primary)
+    await asyncio.to_thread(standby.start)
+    admin = await asyncpg.connect(primary.url("postgres"))
+    try:
+        if sync:
+            await admin.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            await admin.execute("SELECT pg_reload_conf()")
+        wanted = "sync" if sync else "async"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            state = await admin.fetchval(
+                "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'"
+            )
+            if state == wanted:
+                return
+            await asyncio.sleep(0.05)
+        raise TopologyError(f"the standby was not streaming ({wanted}) after 30 s")
+    finally:
+        await admin.close()
+
+
+def failover_url(nodes: Sequence[PrivatePostgres], database: str) -> str:
+    """The libpq URL naming every node (SPEC §10): whichever takes writes is used."""
+    hosts = ",".join(f"127.0.0.1:{node.port}" for node in nodes)
+    return f"postgresql://postgres@{hosts}/{database}?target_session_attrs=read-write"
 
 
 class PrivateRedis:
@@ -357,16 +446,34 @@ class RetsuProcess:
 @dataclass
 class Topology:
     root: Path
-    postgres: PrivatePostgres
+    postgres: PrivatePostgres  # the primary (after a failover: the promoted standby)
     redis: PrivateRedis
     pgbouncer: PrivatePgBouncer | None
     apis: list[RetsuProcess] = field(default_factory=list)
     workers: list[RetsuProcess] = field(default_factory=list)
+    # A streaming standby, for the primary-failover fault; Retsu's URLs then name both.
+    standby: PrivatePostgres | None = None
+    lost: list[PrivatePostgres] = field(default_factory=list)  # primaries killed
+
+    @property
+    def direct_url(self) -> str:
+        """Retsu's URL straight to PostgreSQL: both hosts, libpq style, when there is a
+        standby (the same URL before and after a failover), else the one server."""
+        if self.standby is None and not self.lost:
+            return self.postgres.url()
+        nodes = [*self.lost, self.postgres, *([self.standby] if self.standby else [])]
+        return failover_url(nodes, DATABASE)
 
     @property
     def pooled_url(self) -> str:
         """What `database.url` points at: PgBouncer when there is one, else PostgreSQL."""
-        return self.pgbouncer.url() if self.pgbouncer is not None else self.postgres.url()
+        return self.pgbouncer.url() if self.pgbouncer is not None else self.direct_url
+
+    def promoted(self) -> None:
+        """The standby was promoted: it is the primary now, the old one is lost."""
+        assert self.standby is not None
+        self.lost.append(self.postgres)
+        self.postgres, self.standby = self.standby, None
 
     @property
     def retsu_processes(self) -> list[RetsuProcess]:
@@ -382,7 +489,7 @@ class Topology:
     def migrate(self) -> None:
         done = subprocess.run(
             [*RETSU, "migrate"],
-            env=retsu_env({"database.url": self.postgres.url(), "logging.filter": "warn"}),
+            env=retsu_env({"database.url": self.direct_url, "logging.filter": "warn"}),
             capture_output=True,
             text=True,
             timeout=180,
@@ -398,7 +505,7 @@ class Topology:
             {
                 "database.url": self.pooled_url,
                 # What needs a session (LISTEN) goes straight to PostgreSQL (SPEC §10).
-                "database.session_url": self.postgres.url(),
+                "database.session_url": self.direct_url,
                 "cache.distributed.url": self.redis.url,
                 "http.port": str(port),
                 **settings,
@@ -413,11 +520,11 @@ class Topology:
         port = free_port()
         # The collector needs a session for its advisory lock: the direct URL. The
         # cleaners run plain transactions: the pooler.
-        url = self.postgres.url() if worker == "state-metrics-collector" else self.pooled_url
+        url = self.direct_url if worker == "state-metrics-collector" else self.pooled_url
         env = retsu_env(
             {
                 "database.url": url,
-                "database.session_url": self.postgres.url(),
+                "database.session_url": self.direct_url,
                 "cache.distributed.url": self.redis.url,
                 "worker.management.port": str(port),
                 **settings,
@@ -440,4 +547,7 @@ class Topology:
         if self.pgbouncer is not None:
             self.pgbouncer.child.stop(timeout=5, sig=signal.SIGTERM)
         self.redis.child.stop(timeout=5)
-        self.postgres.stop()
+        for server in (self.postgres, self.standby, *self.lost):
+            if server is not None:
+                server.stop()  # a no-op for a killed one
+                server.forget_shared_memory()

@@ -18,7 +18,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from retsu.adapters.postgres.engine import async_url
+from retsu.adapters.postgres.hosts import libpq_url
 from tests.browser.conftest import ConsoleServer, screenshot, start_server
 from tests.support.browser import click_and_wait
 from tests.support.console_cookies import forge_cookie, read_cookie
@@ -70,8 +70,7 @@ async def queue(server: ConsoleServer) -> AsyncIterator[str]:
 @pytest.fixture(scope="module")
 async def server_secret(console_database: str) -> bytes:
     """The key `retsu migrate` stored: what the console's session key derives from."""
-    plain = async_url(console_database).replace("postgresql+asyncpg://", "postgresql://", 1)
-    connection = await asyncpg.connect(plain)
+    connection = await asyncpg.connect(libpq_url(console_database))
     try:
         value = await connection.fetchval(
             "SELECT value FROM server_secret WHERE name = 'cursor_signing_key'"

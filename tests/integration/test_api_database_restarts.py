@@ -1,4 +1,5 @@
-"""A real `retsu api` across killed sessions and a database restart (SPEC §3.1, issue 9).
+"""A real `retsu api` across killed sessions, a database restart and a read-only server (SPEC
+§3.1, issues 9 and 23).
 
 No restart of Retsu, no readiness probe to reset anything: after sessions are killed
 every later request succeeds; while the database is down routes answer
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import set_read_only
 from tests.support.processes import RetsuProcess, free_port, retsu_env
 from tests.support.proxy import PostgresProxy
 from tests.support.services import PostgresServer
@@ -139,3 +142,58 @@ async def test_while_the_database_is_down_routes_answer_503_then_resume_by_thems
     # Back: the very next requests succeed, without restarting Retsu.
     assert await round_trip(client, queue_id) == [201, 200, 204, 204, 200]
     assert (await client.get("/health/ready")).status_code == 200
+
+
+async def test_sessions_killed_under_concurrent_load_cost_503s_never_a_500(
+    client: httpx.AsyncClient, database: str
+) -> None:
+    """Issue 23: 16 concurrent loops, every API session killed again and again. A killed
+    idle session left asyncpg refusing the next statement ("cannot switch to state 12;
+    another operation (2) is in progress"), and closing a connection the server had just
+    dropped raised from SQLAlchemy's rollback: both were 500s."""
+    queue_id = await new_queue(client)
+    statuses: Counter[int] = Counter()
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            statuses.update(await round_trip(client, queue_id))
+
+    loops = [asyncio.create_task(loop()) for _ in range(16)]
+    try:
+        for _ in range(12):
+            await asyncio.sleep(0.3)
+            await kill_api_sessions(database, limit=100)
+    finally:
+        stop.set()
+        await asyncio.gather(*loops)
+    assert set(statuses) <= {200, 201, 204, 503}, statuses
+    assert statuses[201] > 20, statuses  # the load did run between the kills
+    assert await round_trip(client, queue_id) == [201, 200, 204, 204, 200]
+    metrics = (await client.get("/metrics")).text
+    assert 'status="500"' not in metrics
+
+
+async def test_a_read_only_server_answers_503_and_writes_resume_as_soon_as_it_is_writable(
+    client: httpx.AsyncClient, database: str
+) -> None:
+    """A connection that lands on a read-only server (a standby, a demoted old primary, a
+    virtual IP pointing at one right after a failover) is unusable: writes answer 503
+    database_unavailable with Retry-After, reads are served, and no session that refused
+    a write is used again."""
+    queue_id = await new_queue(client)
+    await set_read_only(database, True)
+    try:
+        await kill_api_sessions(database, limit=100)  # the pool reconnects: read-only
+        sent = await client.post(
+            f"/v1/queues/{queue_id}/messages", json={"payload": "p", "priority": "MEDIUM"}
+        )
+        assert sent.status_code == 503, sent.text
+        assert sent.json()["code"] == "database_unavailable"
+        assert int(sent.headers["retry-after"]) >= 1
+        added = await client.post("/v1/queues", json={"name": f"r-{uuid.uuid4().hex[:12]}"})
+        assert added.status_code == 503 and added.json()["code"] == "database_unavailable"
+        assert (await client.get(f"/v1/queues/{queue_id}")).status_code == 200
+    finally:
+        await set_read_only(database, False)
+    assert await round_trip(client, queue_id) == [201, 200, 204, 204, 200]

@@ -31,7 +31,7 @@ from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.message import MessageToStore, Priority, Receipt
 from retsu.domain.queue import Queue, QueueSettings
 from tests.conftest import create_database, drop_database
-from tests.support.postgres import PostgresStorage
+from tests.support.postgres import PostgresStorage, set_read_only
 from tests.support.processes import free_port
 from tests.support.proxy import PostgresProxy
 from tests.support.services import PostgresServer
@@ -344,6 +344,48 @@ async def test_a_transaction_cut_off_before_its_commit_runs_again(
         limit=5, after=None, queue_id=queue.id, action=None
     )
     assert len(audit) == 1  # the killed run committed nothing
+
+
+# -- a read-only server ----------------------------------------------------------------
+
+
+async def test_a_read_only_server_is_unavailable_and_none_of_its_sessions_is_kept(
+    engine: AsyncEngine, database: str, application_name: str
+) -> None:
+    storage = PostgresStorage(engine)
+    queue = await add_queue(storage)
+    await storage.messages.enqueue(queue.id, [message()])
+    [delivered] = (
+        await storage.messages.dequeue(
+            queue.id, limit=1, visibility_timeout_seconds=60, dead_letter_batch_size=10
+        )
+    ).messages
+    await set_read_only(database, True)
+    try:
+        await open_connections(engine, 4)
+        await kill_sessions(database, application_name)  # the pool reconnects: read-only
+        # Reads are served; every write is DatabaseUnavailable (503), never the driver's
+        # "cannot execute ... in a read-only transaction" (a 500).
+        assert await storage.queues.get_queue(queue.id) is not None
+        writes: list[Callable[[], Awaitable[Any]]] = [
+            lambda: storage.messages.enqueue(queue.id, [message()]),
+            lambda: storage.messages.acknowledge(
+                queue.id, [Receipt(delivered.id, delivered.receipt_handle)]
+            ),
+            lambda: add_queue(storage),
+            lambda: storage.queues.purge_queue(queue.id, created(queue)),
+        ]
+        for write in writes:
+            with pytest.raises(DatabaseUnavailable):
+                await write()
+    finally:
+        await set_read_only(database, False)
+    # Writable again (the new primary): the sessions that refused writes were discarded,
+    # not pooled again, so the very next write succeeds.
+    await storage.messages.enqueue(queue.id, [message("after")])
+    receipt = Receipt(delivered.id, delivered.receipt_handle)
+    assert await storage.messages.acknowledge(queue.id, [receipt]) == 1
+    assert await stored(database, queue.id) == 1
 
 
 # -- an unreachable database ----------------------------------------------------------

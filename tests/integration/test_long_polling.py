@@ -23,7 +23,7 @@ import asyncpg
 import httpx
 import pytest
 
-from retsu.adapters.postgres.notifications import listen_dsn
+from retsu.adapters.postgres.hosts import libpq_url
 from tests.conftest import create_database, drop_database
 from tests.support.processes import RetsuProcess, free_port, retsu_env
 from tests.support.services import PostgresServer
@@ -435,7 +435,7 @@ async def test_a_lost_listen_connection_falls_back_to_rechecks_then_reconnects(
     on_a, on_b = clients
     queue_id = await new_queue(on_b)
     database = lp_database.rsplit("/", 1)[1].split("?", 1)[0]
-    admin = await asyncpg.connect(listen_dsn(postgres_server.admin_url))
+    admin = await asyncpg.connect(libpq_url(postgres_server.admin_url))
     try:
         listeners = """
             SELECT pid FROM pg_stat_activity

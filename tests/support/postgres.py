@@ -10,6 +10,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from retsu.adapters.postgres.audit_log import PostgresAuditLog
@@ -24,6 +25,7 @@ from retsu.adapters.postgres.messages import PostgresMessages
 from retsu.adapters.postgres.queues import PostgresQueues
 from retsu.adapters.postgres.secrets import PostgresServerSecrets
 from retsu.adapters.postgres.state import PostgresQueueState
+from tests.support.timeshift import plain_url
 
 
 class PostgresStorage:
@@ -63,3 +65,18 @@ PINNED_SETTINGS: list[str] = [
 def state_query(*, one_queue: bool) -> str:
     """``retsu_queue_state``'s query (one queue: ``:queue_id``), to EXPLAIN it."""
     return str(_HOT_PATH._state_query(one_queue)).replace("p_queue_id", ":queue_id")
+
+
+async def set_read_only(database_url: str, read_only: bool) -> None:
+    """What a connection to a standby (or to a virtual IP still pointing at one after a
+    failover) meets: every new session of the database refuses writes (SQLSTATE 25006).
+    Sessions already open keep what they started with."""
+    admin = await asyncpg.connect(
+        plain_url(database_url), server_settings={"default_transaction_read_only": "off"}
+    )
+    try:
+        name = await admin.fetchval("SELECT current_database()")
+        change = "SET default_transaction_read_only = on" if read_only else "RESET ALL"
+        await admin.execute(f'ALTER DATABASE "{name}" {change}')
+    finally:
+        await admin.close()

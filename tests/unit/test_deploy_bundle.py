@@ -22,7 +22,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -32,6 +32,7 @@ from check_jsonschema.builtin_schemas import get_builtin_schema
 from litestar import Litestar
 
 from retsu import __version__
+from retsu.adapters.postgres.hosts import split_hosts
 from retsu.entrypoints import settings as settings_module
 from retsu.entrypoints.cli import build_parser
 
@@ -318,19 +319,30 @@ def test_compose_gives_the_api_time_to_finish_before_it_is_killed(tmp_path: Path
         assert grace > settings.worker.shutdown_timeout_seconds, name
 
 
+# Every URL names both database nodes (or the pooler in front of each), primary first, and
+# takes whichever is the primary: the stack rides out losing the primary (SPEC §10).
+DIRECT_HOSTS = ["postgres:5432", "postgres-standby:5432"]
+POOLED_HOSTS = ["pgbouncer:5432", "pgbouncer-standby:5432"]
+
+
+def hosts_of(url: str) -> list[str]:
+    """The hosts a database URL names, as Retsu reads it; it must ask for the primary."""
+    assert parse_qs(urlsplit(url).query)["target_session_attrs"] == ["read-write"], url
+    return [host.label for host in split_hosts(url)]
+
+
 def test_what_needs_a_session_bypasses_the_transaction_pooler(tmp_path: Path) -> None:
     pooled = {"api", "worker:expired-message-cleaner", "worker:dead-letter-message-cleaner"}
     for name, service in retsu_services().items():
         role = retsu_roles()[name]
         environment = service_environment(service)
-        host = urlsplit(environment["RETSU_DATABASE__URL"]).hostname
-        assert host == ("pgbouncer" if role in pooled else "postgres"), f"{name}: {host}"
+        hosts = hosts_of(environment["RETSU_DATABASE__URL"])
+        assert hosts == (POOLED_HOSTS if role in pooled else DIRECT_HOSTS), f"{name}: {hosts}"
         # Told what database.url leads to: no session setting, no cached statement there.
         settings = assert_settings_load(environment, name, tmp_path)
         assert settings.database.transaction_pooler is (role in pooled), name
         if role == "api":
-            session = urlsplit(environment["RETSU_DATABASE__SESSION_URL"]).hostname
-            assert session == "postgres", name
+            assert hosts_of(environment["RETSU_DATABASE__SESSION_URL"]) == DIRECT_HOSTS, name
     pooler = configparser.ConfigParser(inline_comment_prefixes=(";",))
     pooler.read_string(PGBOUNCER_INI.read_text())
     assert pooler["pgbouncer"]["pool_mode"] == "transaction"
@@ -338,6 +350,34 @@ def test_what_needs_a_session_bypasses_the_transaction_pooler(tmp_path: Path) ->
     assert "host=postgres " in pooler["databases"]["retsu"] + " "
     mounts = services()["pgbouncer"]["volumes"]
     assert "./pgbouncer/pgbouncer.ini:/etc/pgbouncer/pgbouncer.ini:ro" in mounts
+
+
+def test_the_standby_streams_from_the_primary_behind_a_pooler_of_its_own() -> None:
+    standby = services()["postgres-standby"]
+    assert standby["image"] == services()["postgres"]["image"]
+    assert standby["depends_on"]["postgres"]["condition"] == "service_healthy"
+    script = DEPLOY / "postgres" / "standby.sh"
+    assert f"./postgres/{script.name}:/usr/local/bin/retsu-standby.sh:ro" in standby["volumes"]
+    assert standby["command"] == ["bash", "/usr/local/bin/retsu-standby.sh"]
+    assert "--host=postgres " in script.read_text()
+    primary_init = "./postgres/primary-init.sh:/docker-entrypoint-initdb.d/retsu-replication.sh:ro"
+    assert primary_init in services()["postgres"]["volumes"]
+    # Synchronous: the migration (whose commits wait for the standby) waits for it.
+    migrate = services()["migrate"]["depends_on"]
+    assert migrate["postgres-standby"]["condition"] == "service_healthy"
+    # Its pooler is the primary's but for the host it leads to.
+    primary_ini = PGBOUNCER_INI.read_text()
+    standby_ini = (DEPLOY / "pgbouncer" / "pgbouncer-standby.ini").read_text()
+
+    def settings_of(text: str) -> str:
+        return text[text.index("[databases]") :]
+
+    assert settings_of(standby_ini) == settings_of(primary_ini).replace(
+        "host=postgres ", "host=postgres-standby "
+    )
+    mounts = services()["pgbouncer-standby"]["volumes"]
+    assert "./pgbouncer/pgbouncer-standby.ini:/etc/pgbouncer/pgbouncer.ini:ro" in mounts
+    assert services()["pgbouncer-standby"]["depends_on"]["postgres-standby"]
 
 
 def test_compose_secrets_come_from_the_env_file_with_placeholders() -> None:
@@ -681,3 +721,35 @@ def test_the_dockerfile_builds_the_distribution_and_serves_the_default_ports() -
     assert re.search(r'^ENTRYPOINT \["retsu"\]$', text, re.M)
     command = json.loads(re.findall(r"^CMD (.+)$", text, re.M)[-1])
     assert role_of(command) == "api"
+
+
+def test_the_cloudnative_pg_example_replicates_synchronously_and_retsu_loads_its_urls(
+    tmp_path: Path,
+) -> None:
+    """deploy/kubernetes/ha: CloudNativePG objects (not built-in kinds: no schema here),
+    checked for what Retsu relies on."""
+    documents = list(yaml.safe_load_all((KUBERNETES / "ha" / "cloudnative-pg.yaml").read_text()))
+    by_kind = {doc["kind"]: doc for doc in documents}
+    assert set(by_kind) == {"Cluster", "Pooler", "Secret"}
+    cluster = by_kind["Cluster"]
+    assert cluster["spec"]["instances"] >= 2
+    assert cluster["spec"]["postgresql"]["synchronous"]["number"] >= 1
+    assert cluster["spec"]["postgresql"]["synchronous"]["dataDurability"] == "required"
+    pooler = by_kind["Pooler"]
+    assert pooler["spec"]["cluster"]["name"] == cluster["metadata"]["name"]
+    assert pooler["spec"]["type"] == "rw"
+    assert pooler["spec"]["pgbouncer"]["poolMode"] == "transaction"
+    secret = by_kind["Secret"]["stringData"]
+    assert set(secret) <= set(named("Secret", "retsu")["stringData"])
+    settings = assert_settings_load(
+        {
+            "RETSU_DATABASE__URL": secret["database-url"],
+            "RETSU_DATABASE__SESSION_URL": secret["database-session-url"],
+        },
+        "ha/cloudnative-pg.yaml",
+        tmp_path,
+    )
+    assert settings.database.transaction_pooler
+    rw = f"{cluster['metadata']['name']}-rw:5432"
+    assert hosts_of(secret["database-session-url"]) == [rw]
+    assert hosts_of(secret["database-url"]) == [f"{pooler['metadata']['name']}:5432"]

@@ -8,6 +8,7 @@ bookkeeping.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from bench.chaos.checks import StatsCheck
 from bench.chaos.load import LEASE_MARGIN_SECONDS, Delivery, Ledger, Outcome
@@ -143,3 +144,33 @@ def test_stats_match_only_when_every_count_matches_per_priority() -> None:
         gauges_source="collector-1",
     )
     assert not swapped.api_matches and not swapped.gauges_match
+
+
+def test_the_failover_fault_is_opt_in_and_brings_a_standby_instead_of_pgbouncer() -> None:
+    from bench.chaos.__main__ import Run, build_parser, default_faults
+
+    assert "primary-failover" not in default_faults(with_pgbouncer=True)
+    plain = build_parser().parse_args([])
+    assert not Run.wants_standby(plain)
+    failover = build_parser().parse_args(["--faults", "api-kill,primary-failover"])
+    assert Run.wants_standby(failover)
+    assert not Run.wants_pgbouncer(failover)  # PgBouncer points at one server
+    assert failover.standby == "sync"
+
+
+def test_the_topology_names_every_node_in_one_url_that_survives_the_failover(
+    tmp_path: Path,
+) -> None:
+    from bench.chaos.topology import PrivatePostgres, Topology
+
+    primary = PrivatePostgres(tmp_path, tmp_path, "primary")
+    standby = PrivatePostgres(tmp_path, tmp_path, "standby")
+    topology = Topology(tmp_path, primary, None, None, standby=standby)  # type: ignore[arg-type]
+    before = topology.direct_url
+    assert before == (
+        f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
+        "/retsu_chaos?target_session_attrs=read-write"
+    )
+    topology.promoted()
+    assert topology.postgres is standby and topology.standby is None
+    assert topology.direct_url == before

@@ -89,7 +89,7 @@ def test_what_needs_a_session_uses_the_session_url() -> None:
     assert container.storage.engine().url.host == "pgbouncer"
     assert ApiContainer(settings=settings(url=POOLER, session_url=DIRECT)).storage.message_signals()
     api = ApiContainer(settings=settings(url=POOLER, session_url=DIRECT))
-    assert "postgres:5432" in api.storage.message_signals()._dsn
+    assert [host.label for host in api.storage.message_signals()._hosts.hosts] == ["postgres:5432"]
 
 
 def test_without_a_session_url_sessions_share_the_pooled_database() -> None:

@@ -555,6 +555,9 @@ def test_invalid_log_filters(tmp_path: Path, value: str, problem: str) -> None:
         "postgresql+asyncpg://retsu:pw@db/retsu",
         "POSTGRESQL://db/retsu",
         "postgresql:///retsu?host=/run/postgresql",
+        # Several hosts, libpq style (SPEC §10): the primary is whichever takes writes.
+        "postgresql://retsu:pw@db1:5432,db2:5432/retsu?target_session_attrs=read-write",
+        "postgresql://retsu@/retsu?host=db1,db2&port=5432,5433&target_session_attrs=primary",
     ],
 )
 def test_database_urls(tmp_path: Path, url: str) -> None:
@@ -569,6 +572,12 @@ def test_database_urls(tmp_path: Path, url: str) -> None:
         (f"{SECRET}", "must be a URL such as postgresql://"),
         (f"postgresql://retsu:{SECRET}@db:notaport/retsu", "has an invalid port"),
         (f"postgresql://retsu:{SECRET}@db/ret su", "must not contain whitespace"),
+        (f"postgresql://retsu:{SECRET}@db1:5432,db2:x/retsu", "has an invalid port"),
+        (f"postgresql://retsu:{SECRET}@db1,,db2/retsu", "has an empty host in its list"),
+        (
+            f"postgresql://retsu:{SECRET}@db1,db2/retsu?target_session_attrs=standby",
+            "target_session_attrs must be one of any, read-write, primary",
+        ),
     ],
 )
 def test_bad_database_urls_never_echo_the_url(tmp_path: Path, url: str, problem: str) -> None:

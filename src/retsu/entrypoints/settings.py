@@ -28,6 +28,7 @@ import yaml
 from msgspec import Meta, Struct, field
 from msgspec import inspect as schema
 
+from retsu.adapters.postgres.hosts import SCHEMES, check_url
 from retsu.adapters.telemetry.logging import LogFilterError, parse_log_filter
 
 __all__ = [
@@ -146,6 +147,12 @@ class _Url(_Checked):
             raise ValueError(f"scheme must be one of {', '.join(cls.schemes)}, got {scheme!r}")
         if any(char.isspace() for char in value):
             raise ValueError("must not contain whitespace")
+        cls._check_parts(value)
+        return cls(value)
+
+    @classmethod
+    def _check_parts(cls, value: str) -> None:
+        scheme = value.partition("://")[0]
         try:
             parts = urlsplit(value)
         except ValueError:  # e.g. an unclosed IPv6 bracket
@@ -159,14 +166,23 @@ class _Url(_Checked):
                 raise ValueError("must name a socket path, e.g. unix:///run/redis.sock")
         elif cls.host_required and not parts.hostname:
             raise ValueError(f"must name a host, e.g. {cls.example}")
-        return cls(value)
 
 
 class PostgresUrl(_Url):
+    """libpq's URL: one host, a socket (``postgresql:///retsu?host=/run/pg``), or several
+    hosts tried in turn (``postgresql://h1:5432,h2:5432/retsu?target_session_attrs=
+    read-write``; SPEC §10) — checked by the code that connects with it."""
+
     __slots__ = ()
-    schemes = ("postgresql", "postgres", "postgresql+asyncpg")
+    schemes = SCHEMES
     example = "postgresql://user:password@127.0.0.1:5432/retsu"
-    host_required = False  # libpq allows a socket: postgresql:///retsu?host=/run/pg
+
+    @classmethod
+    def _check_parts(cls, value: str) -> None:
+        try:
+            check_url(value)  # its errors never quote the URL
+        except ValueError as error:
+            raise ValueError(str(error)) from None
 
 
 class RedisUrl(_Url):

@@ -4,8 +4,9 @@ Every statement of every port goes through ``Database``, which keeps four promis
 
 1. **A connection the server dropped is never used.** At checkout the pool discards a
    connection asyncpg already knows is closed (``engine.py``: a local flag, no round
-   trip) and hands out a fresh one; a connection that breaks under a statement is
-   invalidated, never returned to the pool.
+   trip) and hands out a fresh one; a connection that breaks under a statement (or when
+   it is closed), or turns out to be on a read-only server, is invalidated, never
+   returned to the pool (``errors.py`` says which errors mean that).
 2. **A statement that failed because its connection broke runs once more on a fresh
    connection, when that cannot store anything twice.** Nothing sent (asyncpg refused
    to send on a closed connection): always. Inside an explicit transaction, a failure
@@ -135,6 +136,17 @@ def _unavailable(error: BaseException) -> NoReturn:
     raise DatabaseUnavailable() from error
 
 
+def _raise_broken_at_close(error: BaseException, *, committing: bool) -> NoReturn:
+    """An error of a checked-out connection that reached ``async with``'s exit: the work's
+    own errors (re-raised as they are), or closing the connection failed because the
+    server dropped it meanwhile (SQLAlchemy rolls back an unfinished transaction there) —
+    a broken connection like any other, so never a 500."""
+    broken = broken_connection(error)
+    if broken is None:
+        raise error
+    raise _Broke(broken, error, committing=committing) from error
+
+
 def _gave_way(error: BaseException) -> bool:
     return isinstance(error, DBAPIError) and sqlstate(error) in (
         LOCK_NOT_AVAILABLE,
@@ -232,9 +244,9 @@ class Database:
                     await connection.invalidate()
                     raise _Broke(broken, error, committing=True) from error
         except _UNREACHABLE as error:
-            if checked_out:
-                raise
-            _unavailable(error)
+            if not checked_out:
+                _unavailable(error)
+            _raise_broken_at_close(error, committing=True)
 
     # -- everything else: SQLAlchemy, read-only or one explicit transaction -----------
 
@@ -309,9 +321,11 @@ class Database:
                     await connection.invalidate()
                     raise _Broke(broken, error, committing=committing) from error
         except _UNREACHABLE as error:
-            if checked_out:
-                raise
-            _unavailable(error)
+            if not checked_out:
+                _unavailable(error)
+            # Closing rolls back a transaction the work left open (a read, or work that
+            # failed), and never one that committed: nothing was committed.
+            _raise_broken_at_close(error, committing=False)
 
     async def yielding(
         self,

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, PoolProxiedConnection
+
+from retsu.adapters.postgres.hosts import PostgresHosts
 
 # Every Retsu query is an index walk bounded by a LIMIT or a key. With stale
 # statistics (a freshly loaded backlog) the planner was measured choosing a bitmap
@@ -27,23 +31,17 @@ PIN_TRANSACTION = "SELECT " + ", ".join(
 )
 
 
-def async_url(url: str) -> str:
-    """Accept postgres://, postgresql:// and postgresql+asyncpg:// URLs.
-
-    SQLAlchemy hands URL query parameters to asyncpg.connect() as keywords, which
-    knows libpq's ``sslmode`` as ``ssl`` and has no ``connect_timeout`` (Retsu's own
-    ``database.acquire_timeout_seconds`` bounds connecting), so those two are mapped.
-    """
-    parsed = make_url(url)
-    if parsed.drivername in ("postgres", "postgresql", "postgresql+asyncpg"):
-        parsed = parsed.set(drivername="postgresql+asyncpg")
-    else:
-        raise ValueError(f"not a PostgreSQL URL (scheme {parsed.drivername!r})")
-    query = dict(parsed.query)
-    if "sslmode" in query:
-        query["ssl"] = query.pop("sslmode")
-    query.pop("connect_timeout", None)
-    return parsed.set(query=query).render_as_string(hide_password=False)
+def _label_url(hosts: PostgresHosts) -> URL:
+    """What SQLAlchemy shows of the engine (its ``url``, reprs, its logs): the first host,
+    without the password. It never connects with it: ``create_engine`` gives it a creator."""
+    parts = urlsplit(hosts.first_url)
+    return URL.create(
+        "postgresql+asyncpg",
+        username=unquote(parts.username) if parts.username else None,
+        host=parts.hostname,
+        port=parts.port,
+        database=unquote(parts.path.lstrip("/")) or None,
+    )
 
 
 def _timed_pool_class(on_acquire: Callable[[float], None]) -> type[AsyncAdaptedQueuePool]:
@@ -132,8 +130,8 @@ def _pooler_safe_connect_args() -> dict[str, Any]:
 def connect_arguments(
     *, application_name: str, timeout_seconds: float, transaction_pooler: bool
 ) -> dict[str, Any]:
-    """The keywords each new connection is opened with (asyncpg's, and two of
-    SQLAlchemy's asyncpg adapter)."""
+    """The keywords each new connection is opened with (asyncpg's, and one of
+    SQLAlchemy's asyncpg adapter: ``prepared_statement_cache_size``)."""
     arguments: dict[str, Any] = {"timeout": timeout_seconds}
     if transaction_pooler:
         arguments.update(_pooler_safe_connect_args())
@@ -154,23 +152,42 @@ def create_engine(
 ) -> AsyncEngine:
     """``on_pool_acquire(seconds)`` is called after every pool checkout (telemetry).
 
+    ``url`` may name several hosts (``hosts.py``): every new pooled connection goes to the
+    first that gives a usable session, so after a failover the pool refills from the new
+    primary by itself.
+
     ``transaction_pooler``: ``url`` leads to a transaction-mode pooler, so nothing the
     engine does may depend on a session outliving one transaction (see
     ``_pooler_safe_connect_args``)."""
     options: dict[str, Any] = {}
     if on_pool_acquire is not None:
         options["poolclass"] = _timed_pool_class(on_pool_acquire)
+    hosts = PostgresHosts(url)
+    arguments = connect_arguments(
+        application_name=application_name,
+        timeout_seconds=acquire_timeout_seconds,
+        transaction_pooler=transaction_pooler,
+    )
+    adapter = {
+        name: arguments.pop(name)
+        for name in ("prepared_statement_cache_size",)
+        if name in arguments
+    }
+
+    def creator() -> Any:
+        # SQLAlchemy's own ``async_creator`` in the form its source recommends for passing
+        # the adapter's arguments too: the dialect's DBAPI shim, opening the connection
+        # with our coroutine (every host of the URL) instead of asyncpg.connect.
+        dbapi = engine.sync_engine.dialect.loaded_dbapi
+        return dbapi.connect(async_creator_fn=partial(hosts.connect, **arguments), **adapter)
+
     engine = create_async_engine(
-        async_url(url),
+        _label_url(hosts),
+        creator=creator,
         pool_size=max_connections,
         max_overflow=0,
         pool_timeout=acquire_timeout_seconds,
         pool_recycle=3600,
-        connect_args=connect_arguments(
-            application_name=application_name,
-            timeout_seconds=acquire_timeout_seconds,
-            transaction_pooler=transaction_pooler,
-        ),
         **options,
     )
     event.listen(engine.sync_engine, "checkout", _discard_if_closed)

@@ -27,7 +27,8 @@ jitter: tenacity), then wakes every local waiter so it claims again (notificatio
 meanwhile are lost) and sends the announcements that piled up. A connection that drops
 again before it was up for ``STABLE_SECONDS`` counts as a failed attempt, so a flapping
 server is not hammered. A ``SELECT 1`` every 30 s notices a connection that died
-silently.
+silently. The URL may name several hosts (``hosts.py``): after a failover the connection
+is made again to whichever became the primary.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from uuid import UUID
 import asyncpg
 import tenacity
 
-from retsu.adapters.postgres.engine import async_url
+from retsu.adapters.postgres.errors import broken_connection
+from retsu.adapters.postgres.hosts import PostgresHosts
 from retsu.adapters.signals import InProcessMessageSignals
 
 log = logging.getLogger("retsu.adapters.postgres.notifications")
@@ -66,17 +68,6 @@ NOTIFY_SQL = (
 )
 
 
-def listen_dsn(url: str) -> str:
-    """asyncpg's DSN for a Retsu database URL (postgres://, postgresql://, +asyncpg).
-
-    Only the scheme changes: asyncpg reads libpq's own query parameters (sslmode,
-    connect_timeout, host=/socket/dir) from a DSN itself.
-    """
-    async_url(url)  # validates the scheme
-    scheme, rest = url.split("://", 1)
-    return f"postgresql://{rest}" if scheme in ("postgres", "postgresql+asyncpg") else url
-
-
 class PostgresMessageSignals(InProcessMessageSignals):
     """Implements MessageSignals for the API role; ``start()``/``stop()`` with the app."""
 
@@ -92,7 +83,8 @@ class PostgresMessageSignals(InProcessMessageSignals):
         notify_interval_seconds: float = NOTIFY_INTERVAL_SECONDS,
     ) -> None:
         super().__init__()
-        self._dsn = listen_dsn(url)
+        # Every host of the URL (several: the primary is whichever accepts the session).
+        self._hosts = PostgresHosts(url)
         self._application_name = application_name
         self._connect_timeout = connect_timeout_seconds
         self._reconnect_initial = reconnect_initial_seconds
@@ -187,8 +179,7 @@ class PostgresMessageSignals(InProcessMessageSignals):
         """Connect, LISTEN and serve until the connection is lost. Raises when it cannot
         connect, or when the connection was lost before it was up for STABLE_SECONDS."""
         loop = asyncio.get_running_loop()
-        connection = await asyncpg.connect(
-            self._dsn,
+        connection = await self._hosts.connect(
             timeout=self._connect_timeout,
             server_settings={"application_name": self._application_name},
         )
@@ -253,11 +244,9 @@ class PostgresMessageSignals(InProcessMessageSignals):
                 try:
                     await connection.fetchval(NOTIFY_SQL, payloads, timeout=self._connect_timeout)
                 except asyncpg.PostgresError as error:
-                    if (
-                        lost
-                        or connection.is_closed()
-                        or isinstance(error, asyncpg.PostgresConnectionError)
-                    ):
+                    # Lost, or useless: a server that turned read-only refuses every
+                    # NOTIFY (the primary demoted under us): reconnect, to the new one.
+                    if lost or connection.is_closed() or broken_connection(error) is not None:
                         self._restore(batch)  # sent after reconnecting
                         raise
                     # The server refused (e.g. its notification queue is full because some
