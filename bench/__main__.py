@@ -171,6 +171,7 @@ def config_from(args: argparse.Namespace) -> Config:
             consumer_single=1_000,
             consumer_batch=3_000,
             consumer_rounds=1,
+            consumer_max_seconds=20.0,
             quick=True,
         )
     else:

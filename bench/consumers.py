@@ -333,7 +333,7 @@ async def drain_once(
         window = CpuWindow(admin_url, databases, contender.api_pids())
         await window.begin()
         consumer_before = consumer.cpu_seconds()
-        stop_at = started + cfg.drain_max_seconds
+        stop_at = started + cfg.consumer_max_seconds
         while len(consumer.stamped()) < 2 and time.monotonic() < stop_at:
             if consumer.exited() is not None:
                 break

@@ -124,6 +124,7 @@ class Config:
     consumer_single: int = 5_000  # consumer-1: messages one drain takes (bench/consumers.py)
     consumer_batch: int = 10_000  # consumer-10
     consumer_rounds: int = 3  # drains per system, alternating systems
+    consumer_max_seconds: float = 60.0  # a consumer drain stops here; rate = done / time
     quick: bool = False
 
 

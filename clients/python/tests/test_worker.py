@@ -476,6 +476,9 @@ def test_the_default_prefetch_follows_the_handlers_speed() -> None:
     assert worker._ahead() == 8  # what 4 slots finish in two round trips
     worker._handler_seconds = 0.5
     assert worker._ahead() == 0, "slower than a round trip: no more than it runs"
+    worker._handler_seconds = 0.0001
+    worker._payload_size = 1024 * 1024  # 1 MiB payloads: 32 MiB ahead at most
+    assert worker._ahead() == 32
 
     fixed = Worker(AsyncClient("http://retsu.test"), "q", print, concurrency=4, prefetch=10)
     fixed._round_trip, fixed._handler_seconds = 0.010, 0.0001

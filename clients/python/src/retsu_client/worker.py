@@ -14,10 +14,10 @@ delay.
 
 How far to fetch ahead, by default, follows the handlers (averages of the handler time and
 of the dequeue round trip): the worker holds up to ``2 × concurrency × round trip / handler
-time`` messages beyond the running ones (at most 200: two full batches), so the next batch
-is there before a slot frees; handlers slower than half a round trip per slot get nothing
-ahead, so a slow worker never keeps messages waiting that another consumer could take.
-``prefetch=N`` fixes the number held instead.
+time`` messages beyond the running ones (at most 200, two full batches, and about 32 M
+characters of payloads), so the next batch is there before a slot frees; handlers slower
+than half a round trip per slot get nothing ahead, so a slow worker never keeps messages
+waiting that another consumer could take. ``prefetch=N`` fixes the number held instead.
 
 Stopping (``stop()``, SIGTERM or SIGINT under ``serve()``): no new dequeue (a dequeue
 already sent is let answer — a long poll only for a moment — and what it brings is released
@@ -81,6 +81,8 @@ MAX_AHEAD = MAX_FETCHES * MAX_BATCH
 # is released at once); after that it is abandoned. A dequeue that does not long-poll
 # answers at once and is always waited for (within the shutdown grace).
 STOP_FETCH_WAIT = 0.5
+# ... and payloads of at most about this many characters in all (1 MiB payloads: 32 ahead).
+MAX_AHEAD_CHARS = 32 * 1024 * 1024
 # Releases sent at once when the worker stops (one call per message: the API has no batch).
 RELEASE_CONCURRENCY = 16
 # Weight of the newest sample in the handler-time and round-trip averages.
@@ -260,6 +262,7 @@ class Worker:
         self._retry_at = 0.0  # after a failure, no dequeue before this (monotonic)
         self._handler_seconds = 0.0  # average handler time (0: none finished yet)
         self._round_trip = 0.0  # average dequeue round trip (0: none measured yet)
+        self._payload_size = 0.0  # average payload length (characters) of received messages
         self._busy: set[asyncio.Task[None]] = set()  # handler slots running a handler
         self._extensions: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -350,6 +353,8 @@ class Worker:
         if self._handler_seconds <= 0 or self._round_trip <= 0:
             return 0
         ahead = 2 * self.concurrency * self._round_trip / self._handler_seconds
+        if self._payload_size > 0:  # large payloads: bound the memory held ahead too
+            ahead = min(ahead, MAX_AHEAD_CHARS / self._payload_size)
         return min(MAX_AHEAD, int(ahead))
 
     def _want(self) -> int:
@@ -433,6 +438,10 @@ class Worker:
             took = time.monotonic() - sent
             average = self._round_trip
             self._round_trip = took if not average else average + (took - average) * EWMA_WEIGHT
+        if count:
+            size = sum(len(message.payload) for message in messages) / count
+            average = self._payload_size
+            self._payload_size = size if not average else average + (size - average) * EWMA_WEIGHT
         renew_at = sent + self._lease / 2
         held_by_handle = self._held
         ready = self._ready
