@@ -332,6 +332,26 @@ async def test_a_deleted_queue_stops_the_worker_with_its_error(live_target: Targ
             await asyncio.wait_for(task, 10)
 
 
+class _Broken(Spy):
+    """Raises what no retry can fix (a bug, as far as the worker knows) on every dequeue."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/messages/dequeue"):
+            raise RuntimeError("broken transport")
+        return await super().handle_async_request(request)
+
+
+async def test_an_unexpected_dequeue_error_stops_the_worker_with_it(live_target: Target) -> None:
+    queue = live_target.client().create_queue(unique("broken")).name
+
+    async def handler(message: Message) -> None:
+        pass
+
+    async with live_target.async_client(transport=_Broken(async_inner(live_target))) as client:
+        with pytest.raises(RuntimeError, match="broken transport"):
+            await asyncio.wait_for(Worker(client, queue, handler, wait_seconds=1).run(), 10)
+
+
 async def test_an_unknown_queue_fails_at_start(live_target: Target) -> None:
     async def handler(message: Message) -> None:
         pass

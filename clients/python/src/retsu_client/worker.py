@@ -426,7 +426,13 @@ class Worker:
                 extra=self._fields(retry_in=delay),
             )
             return
-        except BaseException:
+        except Exception as error:  # a bug, not a passing failure: stop rather than spin
+            self._requested -= want
+            self.log.error(f"dequeue failed unexpectedly, stopping: {error!r}", exc_info=True)
+            self._fatal = error
+            self.stop()
+            return
+        except BaseException:  # cancelled by the shutdown
             self._requested -= want
             raise
         self._requested -= want
