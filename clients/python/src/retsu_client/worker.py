@@ -4,13 +4,12 @@ Dequeues run as tasks of their own, in batches, kept in flight while handlers ru
 handler slot never waits for a round trip it could have overlapped: a fetch is sent as soon
 as there is room for it (up to ``prefetch`` messages held: running, waiting, or asked for),
 and while the queue has a backlog (the last answer was full) a second one may be in flight
-beside it, neither long-polling. ``concurrency``
-handlers run at a time (``async def`` handlers on the event loop, plain functions in
-threads), one task keeps every held message's lease alive (extends it at half the
-visibility timeout, up to ``max_extension`` seconds in all), and one task acknowledges
-finished messages in batch calls, never holding up a dequeue. A failed handler's message is
-released for a later attempt with exponential backoff; ``RetryLater(seconds)`` picks the
-delay.
+beside it, neither long-polling. ``concurrency`` handlers run at a time (``async def``
+handlers on the event loop, plain functions in threads), one task keeps every held
+message's lease alive (extends it at half the visibility timeout, up to ``max_extension``
+seconds in all), and one task acknowledges finished messages in batch calls, never holding
+up a dequeue. A failed handler's message is released for a later attempt with exponential
+backoff; ``RetryLater(seconds)`` picks the delay.
 
 How far to fetch ahead, by default, follows the handlers (averages of the handler time and
 of the dequeue round trip): the worker holds up to ``2 × concurrency × round trip / handler
@@ -74,15 +73,15 @@ MAX_VISIBILITY = 21600
 # second overlaps the first's round trip (measured: +49 % with a no-op handler, 8 paired
 # drains of 10,000 at concurrency 10). While it has none, one long poll.
 MAX_FETCHES = 2
-# The default (adaptive) prefetch holds at most this many beyond the running handlers:
-# room for MAX_FETCHES full batches.
+# The default (adaptive) prefetch holds at most this many beyond the running handlers
+# (room for MAX_FETCHES full batches) ...
 MAX_AHEAD = MAX_FETCHES * MAX_BATCH
+# ... and payloads of at most about this many characters in all (1 MiB payloads: 32 ahead).
+MAX_AHEAD_CHARS = 32 * 1024 * 1024
 # How long a long poll already sent may still answer once the worker stops (what it brings
 # is released at once); after that it is abandoned. A dequeue that does not long-poll
 # answers at once and is always waited for (within the shutdown grace).
 STOP_FETCH_WAIT = 0.5
-# ... and payloads of at most about this many characters in all (1 MiB payloads: 32 ahead).
-MAX_AHEAD_CHARS = 32 * 1024 * 1024
 # Releases sent at once when the worker stops (one call per message: the API has no batch).
 RELEASE_CONCURRENCY = 16
 # Weight of the newest sample in the handler-time and round-trip averages.
