@@ -124,6 +124,26 @@ def build_parser() -> argparse.ArgumentParser:
         "with statistics that still describe an empty table)",
     )
     parser.add_argument(
+        "--consumer-rounds",
+        type=int,
+        help="consumer-1/consumer-10: drains per system, the systems alternating "
+        "(default 3; --quick 1)",
+    )
+    parser.add_argument(
+        "--consumer-baseline",
+        type=Path,
+        metavar="DIR",
+        help="consumer-1/consumer-10: also run the retsu-worker of this directory's "
+        "retsu_client package (e.g. `git archive <commit> clients/python/src`, extracted), "
+        "interleaved with the current one: a before/after in one run",
+    )
+    parser.add_argument(
+        "--consumer-fixed",
+        action="store_true",
+        help="consumer-1/consumer-10: also run retsu-worker with --prefetch equal to the "
+        "concurrency (no fetching ahead: messages held = PgQueuer's batch)",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         help="Markdown file whose generated results section is replaced "
@@ -148,6 +168,10 @@ def config_from(args: argparse.Namespace) -> Config:
             warmup_messages=1_000,
             warmup_max_seconds=4.0,
             drain_max_seconds=6.0,
+            consumer_single=1_000,
+            consumer_batch=3_000,
+            consumer_rounds=1,
+            consumer_max_seconds=20.0,
             quick=True,
         )
     else:
@@ -158,6 +182,8 @@ def config_from(args: argparse.Namespace) -> Config:
     cfg.mixed_fraction = args.mixed_fraction
     cfg.mixed_basis = args.mixed_basis
     cfg.analyze = not args.stale_stats
+    if args.consumer_rounds is not None:
+        cfg.consumer_rounds = max(1, args.consumer_rounds)
     return cfg
 
 
@@ -181,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         systems=args.systems,
         scenarios=args.scenarios,
         config=config_from(args),
+        consumer_baseline=args.consumer_baseline,
+        consumer_fixed=args.consumer_fixed,
     )
     machine = asyncio.run(report.describe_machine(args.database_url))
     outcome = runner.run_sync(options)

@@ -75,6 +75,10 @@ backlog near 1,000 or 100,000; a fixed window after a warm-up of 20,000 messages
 ahead of the backlog in delivery order for the whole run |
 | mixed | paced producers and as many paced consumers (dequeue + ack) at half the \
 peak load; p50/p95/p99 per operation |
+| consumer-1, consumer-10 | consumer runner against consumer runner: the real \
+`retsu-worker` (no-op handler, one default `retsu api`) and PgQueuer's `pgq run` (one \
+`QueueManager`, no-op entrypoint) each drain a prefilled backlog in a process of their own, \
+at concurrency 1 (batch 1) and 10 (batch 10); alternating rounds, medians |
 
 * Prefills and the backlog keeper insert rows exactly as Retsu's enqueue statement
   writes them (`INSERT ... SELECT generate_series`), so setup costs no HTTP time; the
@@ -276,10 +280,13 @@ def cpu_table(results: list[Result]) -> str:
         cpu = result.cpu
         if cpu is None:
             continue
-        in_process = result.system_key != "retsu"
+        if result.scenario.startswith("consumer-"):
+            role = "(the consumer process)"
+        else:
+            role = "(is the system)" if result.system_key != "retsu" else ""
         lines.append(
             f"| {result.scenario} | {result.system} | {cpu.bench:.2f} "
-            f"{'(is the system)' if in_process else ''} | {cpu.api:.2f} | {cpu.postgres:.2f} "
+            f"{role} | {cpu.api:.2f} | {cpu.postgres:.2f} "
             f"| {cpu.other:.2f} | {cpu.bench_share:.0%} |"
         )
     return "\n".join(lines)
@@ -303,6 +310,11 @@ RATIO_TARGETS = (
         "minimal",
         0.6,
     ),
+)
+# SPEC §7b: `retsu-worker` vs PgQueuer's QueueManager (bench/consumers.py), ≥ 1.0 × each.
+CONSUMER_TARGETS = (
+    ("consumer runner, concurrency 1 (PgQueuer batch 1), no-op handler", "consumer-1"),
+    ("consumer runner, concurrency 10 (PgQueuer batch 10), no-op handler", "consumer-10"),
 )
 P99_LIMIT_MS = 25.0
 RSS_LIMIT_MB = 120
@@ -331,6 +343,27 @@ def target_rows(outcome: RunOutcome) -> list[tuple[str, str, str, bool | None]]:
                 f"≥ {goal:g} × {label}",
                 f"**{ratio:.2f}×** ({_rate(mine)} vs {_rate(theirs)} msg/s)",
                 ratio >= goal,
+            )
+        )
+    for figure, scenario in CONSUMER_TARGETS:
+        mine, theirs = rate(scenario, "retsu"), rate(scenario, "pgqueuer")
+        label = "PgQueuer's QueueManager"
+        if mine is None or not theirs:
+            rows.append((figure, f"≥ 1 × {label}", "not measured", None))
+            continue
+        ratio = mine / theirs
+        spread = index[(scenario, "retsu")].extra
+        rounds = (
+            f", rounds {spread['round_ratios_min']:.2f}–{spread['round_ratios_max']:.2f}×"
+            if "round_ratios_min" in spread
+            else ""
+        )
+        rows.append(
+            (
+                figure,
+                f"≥ 1 × {label}",
+                f"**{ratio:.2f}×** ({_rate(mine)} vs {_rate(theirs)} msg/s, medians{rounds})",
+                ratio >= 1.0,
             )
         )
     for figure, scenario, goal in (
@@ -429,6 +462,9 @@ def render(outcome: RunOutcome, machine: dict[str, str], *, busy_note: str = "")
         f"backlogs of {cfg.backlog_small:,} and {cfg.backlog_large:,} after a warm-up "
         f"of {cfg.warmup_messages:,} messages, the first also behind "
         f"{cfg.delayed_head:,} delayed HIGH messages (delayed-head); "
+        f"consumer runners: {cfg.consumer_rounds} alternating rounds each, draining "
+        f"{cfg.consumer_single:,} (concurrency 1) and {cfg.consumer_batch:,} (10) messages "
+        "through one default `retsu api`; "
         + (
             "queue tables ANALYZEd after each prefill."
             if cfg.analyze

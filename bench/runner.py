@@ -11,9 +11,10 @@ import asyncio
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
-from bench import scenarios
+from bench import consumers, scenarios
 from bench.common import CpuUse, CpuWindow, Databases, RssSampler
 from bench.floor import FloorSystem
 from bench.minimal_system import MinimalSystem
@@ -34,6 +35,8 @@ class Options:
     systems: tuple[str, ...] = ("retsu", "floor", "minimal", "pgqueuer")
     scenarios: tuple[str, ...] = scenarios.SCENARIOS
     config: Config = field(default_factory=Config)
+    consumer_baseline: Path | None = None  # an older retsu_client to run beside (consumer-*)
+    consumer_fixed: bool = False  # also retsu-worker --prefetch = concurrency (consumer-*)
 
 
 @dataclass
@@ -124,12 +127,15 @@ async def run(options: Options) -> RunOutcome:
     cfg = options.config
     databases = Databases(options.admin_url)
     systems: list[Any] = []
+    systems_started: list[Any] = []  # started for the consumer scenarios only
     rss = RssSampler(0.1)
     results: list[Result] = []
     retsu: RetsuSystem | None = None
     started = time.time()
     try:
-        if "retsu" in options.systems:
+        wanted = [s for s in options.scenarios if s not in consumers.SCENARIOS]
+        consuming = [s for s in options.scenarios if s in consumers.SCENARIOS]
+        if wanted and "retsu" in options.systems:
             log(f"starting Retsu: migrate + `retsu api` with {options.workers} process(es)")
             retsu = RetsuSystem(
                 await databases.create("retsu"),
@@ -150,8 +156,7 @@ async def run(options: Options) -> RunOutcome:
                 f"  retsu api on port {retsu.api.port}: supervisor {supervisor}, "
                 f"API processes {retsu.api_pids()}, log {retsu.api.log_path}"
             )
-            rss.start()
-        if "floor" in options.systems:
+        if wanted and "floor" in options.systems:
             log("starting the raw-SQL floor")
             floor = FloorSystem(
                 await databases.create("floor"),
@@ -159,7 +164,7 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(floor)
             await floor.start()
-        if "minimal" in options.systems:
+        if wanted and "minimal" in options.systems:
             log("starting the minimal floor")
             minimal = MinimalSystem(
                 await databases.create("minimal"),
@@ -167,6 +172,7 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(minimal)
             await minimal.start()
+        pgq: PgQueuerSystem | None = None
         if "pgqueuer" in options.systems:
             log("starting PgQueuer")
             pgq = PgQueuerSystem(
@@ -177,9 +183,43 @@ async def run(options: Options) -> RunOutcome:
             systems.append(pgq)
             await pgq.start()
 
+        contenders: list[consumers.Contender] = []
+        if consuming and "retsu" in options.systems:
+            # SPEC §7b: one default `retsu api` (one process, default pool), whatever
+            # --workers the other scenarios use.
+            log("starting Retsu for the consumer runner: one default `retsu api`")
+            single = RetsuSystem(
+                await databases.create("retsu_consumer"),
+                workers=1,
+                max_connections=10,
+                redis_url=options.redis_url,
+            )
+            systems_started.append(single)
+            await single.start()
+            for pid in single.api_pids():
+                rss.watch(pid, "consumer-api")
+            contenders.append(consumers.RetsuWorker(single))
+            if options.consumer_fixed:
+                contenders.append(consumers.RetsuWorker(single, fixed_prefetch=True))
+            if options.consumer_baseline is not None:
+                contenders.append(consumers.RetsuWorker(single, source=options.consumer_baseline))
+        if consuming and pgq is not None:
+            contenders.append(consumers.PgqRun(pgq))
+        rss.start()
+
         api_pids = retsu.api_pids() if retsu is not None else []
         peaks: dict[str, float] = {}
         for scenario in options.scenarios:
+            if scenario in consumers.SCENARIOS:
+                if len(contenders) > 1:
+                    results.extend(
+                        await consumers.compare(
+                            scenario, contenders, cfg, options.admin_url, databases.names(), log
+                        )
+                    )
+                else:
+                    log(f"  {scenario}: needs the systems retsu and pgqueuer; skipped")
+                continue
             for system in systems:
                 await system.new_queue()
                 window = _Window(options.admin_url, databases.names(), api_pids)
@@ -202,7 +242,7 @@ async def run(options: Options) -> RunOutcome:
                 raise RuntimeError(f"retsu api exited:\n{retsu.api.output()}")
     finally:
         rss.stop()
-        for system in reversed(systems):
+        for system in reversed([*systems, *systems_started]):
             try:
                 await system.stop()
             except Exception as error:  # keep going: the databases must be dropped

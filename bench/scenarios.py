@@ -39,6 +39,8 @@ SCENARIOS = (
     "backlog-100k",
     "delayed-head",
     "mixed",
+    "consumer-1",
+    "consumer-10",
 )
 
 TITLES = {
@@ -50,6 +52,10 @@ TITLES = {
     "backlog-100k": "dequeue + ack (1 per request), backlog ~100,000",
     "delayed-head": "dequeue + ack (1 per request), backlog ~1,000 behind 30,000 delayed",
     "mixed": "mixed: paced producers + consumers at half the peak",
+    "consumer-1": "consumer runner vs consumer runner, concurrency 1 (PgQueuer batch 1), "
+    "no-op handler, draining a backlog",
+    "consumer-10": "consumer runner vs consumer runner, concurrency 10 (PgQueuer batch 10), "
+    "no-op handler, draining a backlog",
 }
 
 
@@ -115,6 +121,10 @@ class Config:
     mixed_fraction: float = 0.5
     mixed_basis: str = "combined"  # or "enqueue"
     analyze: bool = True  # ANALYZE the queue table after a prefill
+    consumer_single: int = 5_000  # consumer-1: messages one drain takes (bench/consumers.py)
+    consumer_batch: int = 10_000  # consumer-10
+    consumer_rounds: int = 3  # drains per system, alternating systems
+    consumer_max_seconds: float = 60.0  # a consumer drain stops here; rate = done / time
     quick: bool = False
 
 

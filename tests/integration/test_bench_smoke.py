@@ -120,3 +120,43 @@ async def test_the_minimal_floor_and_the_delayed_head_scenario(
         assert counts["delayed"] == cfg.delayed_head  # counted as Retsu counts them
     finally:
         await floor.stop()
+
+
+async def test_the_consumer_runners_drain_a_backlog(
+    postgres_server: PostgresServer, bench_database: str
+) -> None:
+    """consumer-1/consumer-10 (bench/consumers.py): the real `retsu-worker` and PgQueuer's
+    runner each drain a prefilled backlog in a process of their own, are timed until the
+    queue is empty, and stop on SIGTERM (`retsu-worker` with exit status 0)."""
+    pytest.importorskip("pgqueuer", reason="the bench extra is not installed")
+    from bench import consumers, scenarios
+    from bench.common import plain_url
+    from bench.pgqueuer_system import PgQueuerSystem
+    from bench.retsu_system import RetsuSystem
+
+    database_url = plain_url(bench_database)
+    name = database_url.rsplit("/", 1)[1]
+    cfg = scenarios.Config(consumer_single=60, consumer_batch=300, consumer_rounds=1)
+    retsu = RetsuSystem(database_url, workers=1, max_connections=4)
+    pgq = PgQueuerSystem(database_url, pool_size=2, consumers=1)
+    await retsu.start()
+    try:
+        await pgq.start()  # PgQueuer's own tables, beside Retsu's
+        try:
+            contenders = [consumers.RetsuWorker(retsu), consumers.PgqRun(pgq)]
+            for scenario, count in (("consumer-1", 60), ("consumer-10", 300)):
+                results = await consumers.compare(
+                    scenario, contenders, cfg, postgres_server.admin_url, [name]
+                )
+                assert [r.system_key for r in results] == ["retsu", "pgqueuer"]
+                for result in results:
+                    assert result.messages == count, result.notes
+                    assert result.rate > 0
+                    assert not any("exit status" in note for note in result.notes), result.notes
+                assert await contenders[0].empty() and await contenders[1].empty()
+                notes = "; ".join(results[0].notes)
+                assert "per-round ratio to PgQueuer" in notes and "dequeue" in notes
+        finally:
+            await pgq.stop()
+    finally:
+        await retsu.stop()

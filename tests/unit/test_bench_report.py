@@ -37,6 +37,8 @@ def _outcome() -> RunOutcome:
         ("backlog-100k", "retsu"): 800.0,
         ("delayed-head", "retsu"): 950.0,
         ("mixed", "retsu"): 400.0,
+        ("consumer-1", "retsu"): 600.0,
+        ("consumer-1", "pgqueuer"): 300.0,
     }
     results = [_result(scenario, key, rate) for (scenario, key), rate in rates.items()]
     return RunOutcome(results, {"api-1": 100 * MB, "api-2": 130 * MB}, 0.0, 60.0, Options("x"))
@@ -44,7 +46,8 @@ def _outcome() -> RunOutcome:
 
 def test_every_target_is_listed_with_its_ratio_and_verdict() -> None:
     rows = {target: (measured, met) for target, _goal, measured, met in target_rows(_outcome())}
-    assert len(rows) == 10  # SPEC §7b: six ratios, two sensitivities, p99, RSS
+    assert len(rows) == 12  # SPEC §7b: six ratios, two consumer runners, two sensitivities,
+    # p99, RSS
     assert rows["single-message HTTP enqueue"] == ("**1.30×** (1,300 vs 1,000 msg/s)", True)
     assert rows["single-message HTTP dequeue + ack"][1] is False  # 0.90 < 1.0
     assert rows["batched (100) HTTP enqueue"][1] is True  # 1.00 ≥ 1.0
@@ -53,6 +56,14 @@ def test_every_target_is_listed_with_its_ratio_and_verdict() -> None:
     assert rows["Retsu's SQL floor vs the minimal floor, dequeue+ack-1"][1] is True  # 0.70
     assert rows["dequeue + ack, 100,000 backlog vs 1,000"][1] is False  # 0.80 < 0.85
     assert rows["dequeue + ack, 30,000 delayed messages at the head vs none"][1] is True
+    assert rows["consumer runner, concurrency 1 (PgQueuer batch 1), no-op handler"] == (
+        "**2.00×** (600 vs 300 msg/s, medians)",
+        True,
+    )
+    assert rows["consumer runner, concurrency 10 (PgQueuer batch 10), no-op handler"] == (
+        "not measured",
+        None,
+    )
     p99, met = rows["p99 of every operation at half the peak load (mixed)"]
     assert "enqueue" in p99 and met is False  # 30 ms ≥ 25 ms
     assert rows["API RSS per process"] == (
@@ -64,4 +75,4 @@ def test_every_target_is_listed_with_its_ratio_and_verdict() -> None:
 def test_the_targets_come_first_in_the_rendered_section() -> None:
     section = render(_outcome(), {"date": "today"})
     assert section.index("### Targets") < section.index("### All figures")
-    assert "4 of 9 measured targets met (10 in SPEC §7b)." in targets_table(_outcome())
+    assert "5 of 10 measured targets met (12 in SPEC §7b)." in targets_table(_outcome())

@@ -143,6 +143,32 @@ def test_sigint_lets_the_running_handler_finish_and_releases_the_rest(
 
 
 @pytest.mark.real_server
+def test_sigterm_mid_drain_acknowledges_every_handled_message_and_releases_the_rest(
+    tmp_path: Path, server: RealServer, retsu: Client
+) -> None:
+    # The default prefetch fetches batches ahead of a fast handler: SIGTERM then finds
+    # messages running, waiting in the buffer, on their way and acknowledged but unsent.
+    queue = retsu.create_queue(unique("cli"), visibility_timeout_seconds=60).name
+    for start in range(0, 2000, 100):
+        retsu.enqueue_batch(queue, [f"m{i}" for i in range(start, start + 100)])
+
+    process = _worker(tmp_path, server, "jobs:record", "--queue", queue, "--concurrency", "10")
+    try:
+        _wait_for(lambda: len(_lines(tmp_path)) >= 300 or process.poll() is not None)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+
+    assert process.returncode == 0, output
+    handled = _lines(tmp_path)
+    assert len(set(handled)) == len(handled) >= 300
+    stats = retsu.get_queue(queue).stats
+    # Every handled message acknowledged, every other one back on the queue at once.
+    assert (stats.ready, stats.in_flight) == (2000 - len(handled), 0), output
+
+
+@pytest.mark.real_server
 def test_an_unknown_queue_exits_1(tmp_path: Path, server: RealServer) -> None:
     process = _worker(tmp_path, server, "jobs:record", "--queue", unique("missing"))
     output, _ = process.communicate(timeout=20)

@@ -4,19 +4,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
 from client_support import Spy, Target, async_inner, unique
 from retsu_client import AsyncClient, Message, QueueNotFound, RetryLater, Worker
 from retsu_client.metrics import WorkerMetrics
-from retsu_client.worker import default_consumer_name, release_delay
+from retsu_client.worker import MAX_AHEAD, MAX_BATCH, default_consumer_name, release_delay
 
 
 async def _until(check: Callable[[], bool], within: float = 15) -> None:
@@ -45,6 +47,25 @@ def _stats(target: Target, queue: str) -> tuple[int, int, int, int]:
 def _spied(target: Target) -> tuple[AsyncClient, Spy]:
     spy = Spy(async_inner(target))
     return target.async_client(transport=spy), spy
+
+
+class _Timed(Spy):
+    """A Spy that also notes when each request was sent and when its answer came."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        super().__init__(inner)
+        self.timed: list[tuple[str, float, float]] = []  # (path, sent, answered)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        sent = time.monotonic()
+        try:
+            return await super().handle_async_request(request)
+        finally:
+            self.timed.append((request.url.path, sent, time.monotonic()))
+
+
+def _asked(request: httpx.Request) -> int:
+    return int(json.loads(request.content)["max_messages"])
 
 
 async def test_an_async_handler_consumes_everything_with_batched_acks(live_target: Target) -> None:
@@ -311,6 +332,26 @@ async def test_a_deleted_queue_stops_the_worker_with_its_error(live_target: Targ
             await asyncio.wait_for(task, 10)
 
 
+class _Broken(Spy):
+    """Raises what no retry can fix (a bug, as far as the worker knows) on every dequeue."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/messages/dequeue"):
+            raise RuntimeError("broken transport")
+        return await super().handle_async_request(request)
+
+
+async def test_an_unexpected_dequeue_error_stops_the_worker_with_it(live_target: Target) -> None:
+    queue = live_target.client().create_queue(unique("broken")).name
+
+    async def handler(message: Message) -> None:
+        pass
+
+    async with live_target.async_client(transport=_Broken(async_inner(live_target))) as client:
+        with pytest.raises(RuntimeError, match="broken transport"):
+            await asyncio.wait_for(Worker(client, queue, handler, wait_seconds=1).run(), 10)
+
+
 async def test_an_unknown_queue_fails_at_start(live_target: Target) -> None:
     async def handler(message: Message) -> None:
         pass
@@ -318,6 +359,176 @@ async def test_an_unknown_queue_fails_at_start(live_target: Target) -> None:
     async with live_target.async_client() as client:
         with pytest.raises(QueueNotFound):
             await Worker(client, unique("never"), handler).run()
+
+
+async def test_the_next_dequeue_is_sent_while_a_handler_runs(live_target: Target) -> None:
+    queue = live_target.client().create_queue(unique("ahead")).name
+    live_target.client().enqueue_batch(queue, ["a", "b", "c"])
+    runs: list[tuple[float, float]] = []
+
+    async def handler(message: Message) -> None:
+        began = time.monotonic()
+        await asyncio.sleep(0.5)
+        runs.append((began, time.monotonic()))
+
+    spy = _Timed(async_inner(live_target))
+    async with live_target.async_client(transport=spy) as client:
+        worker = Worker(client, queue, handler, concurrency=1, prefetch=2, wait_seconds=1)
+        await _run(worker, lambda: len(runs) == 3)
+
+    dequeues = [sent for path, sent, _ in spy.timed if path.endswith("/messages/dequeue")]
+    # "a" and "b" come in one batch; when "a" is done, the refill is sent at once, while
+    # "b" runs — not after it.
+    assert any(began < sent < ended for sent in dequeues for began, ended in runs[1:])
+    assert _stats(live_target, queue) == (0, 0, 0, 0)
+
+
+async def test_by_default_fast_handlers_are_fed_in_batches_beyond_their_slots(
+    live_target: Target,
+) -> None:
+    queue = live_target.client().create_queue(unique("adaptive")).name
+    for start in range(0, 300, 100):
+        live_target.client().enqueue_batch(queue, [f"m{i}" for i in range(start, start + 100)])
+    seen: list[str] = []
+
+    async def handler(message: Message) -> None:
+        seen.append(message.payload)
+
+    client, spy = _spied(live_target)
+    async with client:
+        worker = Worker(client, queue, handler, concurrency=2, wait_seconds=1)
+        await _run(worker, lambda: len(seen) == 300)
+
+    assert sorted(seen) == sorted(f"m{i}" for i in range(300))
+    dequeues = spy.paths("/messages/dequeue")
+    assert max(_asked(r) for r in dequeues) > 2, "fetched ahead of the two running handlers"
+    assert len(dequeues) < 300 / 10, "in batches"
+    assert len(spy.paths("/messages/acknowledge")) < 300 / 10
+    assert _stats(live_target, queue) == (0, 0, 0, 0)
+
+
+async def test_by_default_a_slow_handler_holds_only_the_message_it_runs(
+    live_target: Target,
+) -> None:
+    queue = live_target.client().create_queue(unique("adaptive")).name
+    live_target.client().enqueue_batch(queue, [f"m{i}" for i in range(4)])
+    in_flight: list[int] = []
+
+    async with live_target.async_client() as observer, live_target.async_client() as client:
+
+        async def handler(message: Message) -> None:
+            await asyncio.sleep(0.5)  # far slower than a dequeue round trip
+            in_flight.append((await observer.get_queue(queue)).stats.in_flight)
+
+        worker = Worker(client, queue, handler, concurrency=1, wait_seconds=1)
+        await _run(worker, lambda: len(in_flight) == 4)
+
+    assert in_flight == [1, 1, 1, 1], "nothing fetched ahead: the others stay for other consumers"
+    assert _stats(live_target, queue) == (0, 0, 0, 0)
+
+
+async def test_a_stop_mid_drain_acknowledges_every_handled_message_and_releases_the_rest(
+    live_target: Target,
+) -> None:
+    queue = live_target.client().create_queue(unique("stop"), visibility_timeout_seconds=60).name
+    for start in range(0, 500, 100):
+        live_target.client().enqueue_batch(queue, [f"m{i}" for i in range(start, start + 100)])
+    handled: list[str] = []
+    worker: Worker | None = None
+
+    async def handler(message: Message) -> None:
+        handled.append(message.payload)
+        if len(handled) == 150:
+            assert worker is not None
+            worker.stop()  # with batches held, fetched and asked for
+
+    async with live_target.async_client() as client:
+        worker = Worker(client, queue, handler, concurrency=10, wait_seconds=1)
+        await asyncio.wait_for(worker.run(), 60)
+
+    assert len(handled) >= 150 and len(set(handled)) == len(handled)
+    # Every handled message was acknowledged, every other one released at once: none is
+    # left leased, none was lost.
+    assert _stats(live_target, queue) == (500 - len(handled), 0, 0, 0)
+    rest: list[str] = []
+    while batch := live_target.client().dequeue_many(queue, 100):
+        rest.extend(m.payload for m in batch)
+    assert sorted(rest + handled) == sorted(f"m{i}" for i in range(500))
+
+
+async def test_a_message_waiting_in_the_prefetch_buffer_keeps_its_lease(
+    live_target: Target,
+) -> None:
+    # A 2 s lease, renewed each second (as in the three-leases test above).
+    retsu = live_target.client()
+    queue = retsu.create_queue(unique("lease"), visibility_timeout_seconds=2).name
+    retsu.enqueue_batch(queue, ["first", "second"])
+    other_got: list[Message] = []
+    done: list[tuple[str, int]] = []
+
+    async def handler(message: Message) -> None:
+        if message.payload == "first":
+            for _ in range(8):  # 4 s, two leases, while "second" waits in the buffer
+                await asyncio.sleep(0.5)
+                async with live_target.async_client() as other:
+                    got = await other.dequeue(queue)
+                if got is not None:
+                    other_got.append(got)
+        done.append((message.payload, message.delivery_attempts))
+
+    async with live_target.async_client() as client:
+        worker = Worker(client, queue, handler, concurrency=1, prefetch=2, wait_seconds=1)
+        await _run(worker, lambda: len(done) == 2, within=45)
+
+    assert other_got == []
+    assert done == [("first", 1), ("second", 1)]
+    assert _stats(live_target, queue) == (0, 0, 0, 0)
+
+
+def test_the_default_prefetch_follows_the_handlers_speed() -> None:
+    worker = Worker(AsyncClient("http://retsu.test"), "q", print, concurrency=4)
+    assert worker.adaptive and worker.prefetch == 4 + MAX_AHEAD
+    assert worker._ahead() == 0, "nothing measured yet: no more than the slots"
+    worker._round_trip = 0.010
+    worker._handler_seconds = 0.0001  # 100 µs handlers, 10 ms round trips
+    assert worker._ahead() == MAX_AHEAD
+    worker._handler_seconds = 0.010
+    assert worker._ahead() == 8  # what 4 slots finish in two round trips
+    worker._handler_seconds = 0.5
+    assert worker._ahead() == 0, "slower than a round trip: no more than it runs"
+    worker._handler_seconds = 0.0001
+    worker._payload_size = 1024 * 1024  # 1 MiB payloads: 32 MiB ahead at most
+    assert worker._ahead() == 32
+
+    fixed = Worker(AsyncClient("http://retsu.test"), "q", print, concurrency=4, prefetch=10)
+    fixed._round_trip, fixed._handler_seconds = 0.010, 0.0001
+    assert not fixed.adaptive and fixed._ahead() == 6
+
+
+async def test_a_second_dequeue_goes_out_only_beside_a_backlog_and_for_a_full_batch() -> None:
+    worker = Worker(AsyncClient("http://retsu.test"), "q", print, concurrency=1)
+    worker._round_trip, worker._handler_seconds = 0.010, 0.00001
+    assert worker._want() == MAX_BATCH
+    first = asyncio.create_task(asyncio.sleep(10))
+    second = asyncio.create_task(asyncio.sleep(10))
+    try:
+        worker._fetches[first] = 1
+        worker._requested = MAX_BATCH
+        assert worker._want() == 0, "no backlog seen: one (long-polling) dequeue at a time"
+        worker._backlog = True
+        assert worker._want() == MAX_BATCH  # room for another full batch
+        worker._active = MAX_BATCH // 2  # half a batch held
+        assert worker._want() == 0, "room for half a batch only: wait for a full one"
+        worker._active = 0
+        worker._failures = 1
+        assert worker._want() == 0, "after a failure: one at a time"
+        worker._failures = 0
+        worker._fetches[second] = 0
+        worker._requested = 2 * MAX_BATCH
+        assert worker._want() == 0, "at most two"
+    finally:
+        first.cancel()
+        second.cancel()
 
 
 def test_release_backoff_doubles_up_to_the_cap() -> None:
@@ -340,6 +551,6 @@ def test_options_are_checked() -> None:
         Worker(client, "q", print, concurrency=0)
     with pytest.raises(ValueError):
         Worker(client, "q", print, wait_seconds=21)
-    assert Worker(client, "q", print, concurrency=4).prefetch == 4
+    assert Worker(client, "q", print, concurrency=4).prefetch == 4 + MAX_AHEAD  # adaptive
     assert Worker(client, "q", print, concurrency=4, prefetch=2).prefetch == 4
     assert Worker(client, "q", print, prefetch=100).prefetch == 100

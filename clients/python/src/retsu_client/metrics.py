@@ -55,18 +55,29 @@ class WorkerMetrics:
             registry=registry,
         )
 
+        # The labelled children, looked up once: ``labels()`` on every message cost the
+        # worker ~20 µs a message with metrics on (three calls), measured without HTTP.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def received(self, queue: str, count: int) -> None:
-        self._received.labels(queue=queue).inc(count)
+        self._child(self._received, queue).inc(count)
 
     def started(self, queue: str) -> None:
-        self._running.labels(queue=queue).inc()
+        self._child(self._running, queue).inc()
 
     def finished(self, queue: str, seconds: float) -> None:
-        self._running.labels(queue=queue).dec()
-        self._duration.labels(queue=queue).observe(seconds)
+        self._child(self._running, queue).dec()
+        self._child(self._duration, queue).observe(seconds)
 
     def outcome(self, queue: str, outcome: str, count: int = 1) -> None:
-        self._outcomes.labels(queue=queue, outcome=outcome).inc(count)
+        self._child(self._outcomes, queue, outcome).inc(count)
 
     def serve(self, port: int, addr: str = "127.0.0.1", **kwargs: Any) -> None:
         """Expose ``/metrics`` on ``addr:port`` from a background thread."""

@@ -1,16 +1,29 @@
 """``Worker``: consume a queue with a handler function (SPEC §9).
 
-One asyncio task long-polls the queue in batches (up to ``prefetch`` messages held at
-once), ``concurrency`` handlers run at a time (``async def`` handlers on the event loop,
-plain functions in threads), one task keeps every held message's lease alive (extends it
-at half the visibility timeout, up to ``max_extension`` seconds in all), and one task
-acknowledges finished messages in batch calls. A failed handler's message is released
-for a later attempt with exponential backoff; ``RetryLater(seconds)`` picks the delay.
+Dequeues run as tasks of their own, in batches, kept in flight while handlers run so a
+handler slot never waits for a round trip it could have overlapped: a fetch is sent as soon
+as there is room for it (up to ``prefetch`` messages held: running, waiting, or asked for),
+and while the queue has a backlog (the last answer was full) a second one may be in flight
+beside it, neither long-polling. ``concurrency`` handlers run at a time (``async def``
+handlers on the event loop, plain functions in threads), one task keeps every held
+message's lease alive (extends it at half the visibility timeout, up to ``max_extension``
+seconds in all), and one task acknowledges finished messages in batch calls, never holding
+up a dequeue. A failed handler's message is released for a later attempt with exponential
+backoff; ``RetryLater(seconds)`` picks the delay.
 
-Stopping (``stop()``, SIGTERM or SIGINT under ``serve()``): no new dequeue; prefetched
-messages no handler started are released at once (visibility 0); running handlers get
-``shutdown_grace`` seconds to finish (a second signal cuts that short); what is still
-running then is released too; the pending acknowledgements are sent; ``serve()`` returns 0.
+How far to fetch ahead, by default, follows the handlers (averages of the handler time and
+of the dequeue round trip): the worker holds up to ``2 × concurrency × round trip / handler
+time`` messages beyond the running ones (at most 200, two full batches, and about 32 M
+characters of payloads), so the next batch is there before a slot frees; handlers slower
+than half a round trip per slot get nothing ahead, so a slow worker never keeps messages
+waiting that another consumer could take. ``prefetch=N`` fixes the number held instead.
+
+Stopping (``stop()``, SIGTERM or SIGINT under ``serve()``): no new dequeue (a dequeue
+already sent is let answer — a long poll only for a moment — and what it brings is released
+at once); prefetched messages no handler started are released at once (visibility 0); running
+handlers get ``shutdown_grace`` seconds to finish (a second signal cuts that short); what is
+still running then is released too; the pending acknowledgements are sent; ``serve()``
+returns 0.
 """
 
 from __future__ import annotations
@@ -56,6 +69,23 @@ log = logging.getLogger("retsu_client.worker")
 
 MAX_BATCH = 100  # the API's limit for one dequeue and one batch acknowledge
 MAX_VISIBILITY = 21600
+# Dequeues in flight at once while the queue has a backlog (a full batch came back): the
+# second overlaps the first's round trip (measured: +49 % with a no-op handler, 8 paired
+# drains of 10,000 at concurrency 10). While it has none, one long poll.
+MAX_FETCHES = 2
+# The default (adaptive) prefetch holds at most this many beyond the running handlers
+# (room for MAX_FETCHES full batches) ...
+MAX_AHEAD = MAX_FETCHES * MAX_BATCH
+# ... and payloads of at most about this many characters in all (1 MiB payloads: 32 ahead).
+MAX_AHEAD_CHARS = 32 * 1024 * 1024
+# How long a long poll already sent may still answer once the worker stops (what it brings
+# is released at once); after that it is abandoned. A dequeue that does not long-poll
+# answers at once and is always waited for (within the shutdown grace).
+STOP_FETCH_WAIT = 0.5
+# Releases sent at once when the worker stops (one call per message: the API has no batch).
+RELEASE_CONCURRENCY = 16
+# Weight of the newest sample in the handler-time and round-trip averages.
+EWMA_WEIGHT = 0.2
 # Errors a retry will not fix: the worker stops (and `run()` raises) instead of looping.
 _FATAL = (Unauthorized, Forbidden, NotFound, InvalidRequest)
 
@@ -158,8 +188,10 @@ class Worker:
     """Consume ``queue`` with ``handler`` (one argument: the ``Message``).
 
     * ``concurrency`` — handlers running at once.
-    * ``prefetch`` — messages held at most (running + waiting); one dequeue asks for up to
-      that many (at most 100). At least ``concurrency``; defaults to it.
+    * ``prefetch`` — messages held at most (running + waiting + asked for); one dequeue asks
+      for up to 100. Default: adaptive — up to ``concurrency + 200``, fetching ahead only as
+      far as the handlers' speed warrants (see the module's docstring). Given: fixed, at
+      least ``concurrency``, and that many are held whenever the queue has them.
     * ``wait_seconds`` — long-poll duration of each dequeue (0–20).
     * ``visibility_timeout`` — lease asked for on dequeue (default: the queue's own).
     * ``max_extension`` — a message's lease is extended while its handler runs (and while
@@ -167,7 +199,8 @@ class Worker:
       many seconds after it was received; after that the lease is left to end.
     * ``retry_base``, ``retry_cap`` — a handler exception releases the message with
       visibility ``min(retry_base * 2**(attempt-1), retry_cap)`` seconds.
-    * ``shutdown_grace`` — seconds running handlers get to finish on stop.
+    * ``shutdown_grace`` — seconds running handlers (and dequeues already sent) get to
+      finish on stop.
     * ``ack_interval`` — how long finished messages are collected into one batch
       acknowledge (seconds; one call carries at most 100).
     * ``consumer_name`` — sent as ``Retsu-Consumer``; default ``host:pid:random``.
@@ -205,7 +238,8 @@ class Worker:
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        self.prefetch = max(concurrency, prefetch or concurrency)
+        self.adaptive = prefetch is None
+        self.prefetch = concurrency + MAX_AHEAD if prefetch is None else max(concurrency, prefetch)
         self.wait_seconds = wait_seconds
         self.visibility_timeout = visibility_timeout
         self.max_extension = max_extension
@@ -220,6 +254,14 @@ class Worker:
         self._threads = _Threads(concurrency, "retsu-handler")
         self._held: dict[str, _Held] = {}  # by receipt handle
         self._active = 0  # held and not finished (running or waiting)
+        self._requested = 0  # asked for by the dequeues in flight
+        self._fetches: dict[asyncio.Task[None], int] = {}  # dequeues in flight: their wait
+        self._backlog = False  # the last dequeue came back full: more are waiting
+        self._failures = 0  # dequeues failed in a row
+        self._retry_at = 0.0  # after a failure, no dequeue before this (monotonic)
+        self._handler_seconds = 0.0  # average handler time (0: none finished yet)
+        self._round_trip = 0.0  # average dequeue round trip (0: none measured yet)
+        self._payload_size = 0.0  # average payload length (characters) of received messages
         self._busy: set[asyncio.Task[None]] = set()  # handler slots running a handler
         self._extensions: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -261,7 +303,7 @@ class Worker:
             "worker started",
             extra=self._fields(
                 concurrency=self.concurrency,
-                prefetch=self.prefetch,
+                prefetch=f"adaptive, up to {self.prefetch}" if self.adaptive else self.prefetch,
                 visibility_timeout=self._lease,
             ),
         )
@@ -300,61 +342,121 @@ class Worker:
 
     # --- fetching -----------------------------------------------------------------------
 
+    def _ahead(self) -> int:
+        """Messages to hold beyond the running handlers (adaptive prefetch): as many as the
+        handlers finish in two dequeue round trips, so the next batch is there before the
+        buffer runs dry; none while either average is unknown or the handlers are slower
+        than half a round trip per slot."""
+        if not self.adaptive:
+            return self.prefetch - self.concurrency
+        if self._handler_seconds <= 0 or self._round_trip <= 0:
+            return 0
+        ahead = 2 * self.concurrency * self._round_trip / self._handler_seconds
+        if self._payload_size > 0:  # large payloads: bound the memory held ahead too
+            ahead = min(ahead, MAX_AHEAD_CHARS / self._payload_size)
+        return min(MAX_AHEAD, int(ahead))
+
     def _want(self) -> int:
-        """How many messages to ask for now (0: wait until handlers finish some)."""
-        free = self.prefetch - self._active
+        """How many messages the next dequeue asks for now (0: none now)."""
+        in_flight = len(self._fetches)
+        if in_flight >= (MAX_FETCHES if self._backlog and not self._failures else 1):
+            return 0
+        limit = self.concurrency + self._ahead()
+        free = limit - self._active - self._requested
         if free <= 0:
             return 0
-        # While more are waiting locally than the handlers can start at once, wait: the
-        # refill then comes as one larger batch (measured: refilling at half the
-        # prefetch made twice the dequeue calls for no-op handlers).
-        if self._ready.qsize() > self.concurrency:
+        if in_flight and free < min(MAX_BATCH, (limit + 1) // 2):
+            # One is on its way already: a second one only when it can be a real batch
+            # (each request costs the API about as much as a message in a batch of 50).
             return 0
         return min(MAX_BATCH, free)
 
     async def _fetch_loop(self) -> None:
-        failures = 0
         while not self.stopping:
+            pause = self._retry_at - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)  # a dequeue failed: back off
+                continue
             want = self._want()
             if want == 0:
                 self._capacity.clear()
                 await self._capacity.wait()  # set by _wake_fetcher
                 continue
-            # Leases are timed from when the request was sent: the server started them
-            # later than that, so under load (a slow answer) the renewal is early, never late.
-            sent = time.monotonic()
-            try:
-                messages = await self.client.dequeue_many(
-                    self._queue_id,
-                    want,
-                    wait_seconds=self.wait_seconds,
-                    visibility_timeout_seconds=self._lease,
-                    consumer=self.consumer_name,
-                )
-            except _FATAL as error:
-                self.log.error(
-                    f"dequeue refused, stopping: {error}", extra=self._fields(code=error.code)
-                )
-                self._fatal = error
-                self.stop()
-                return
-            except RetsuError as error:
-                failures += 1
-                delay = min(30.0, 0.5 * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
-                self.log.warning(
-                    f"dequeue failed, retrying in {delay:.1f}s: {error}",
-                    extra=self._fields(retry_in=delay),
-                )
-                await asyncio.sleep(delay)
-                continue
-            failures = 0
-            for message in messages:
-                held = _Held(message, received_at=sent, renew_at=sent + self._lease / 2)
-                self._held[message.receipt_handle] = held
-                self._active += 1
-                self._ready.put_nowait(held)
-            if self.metrics is not None and messages:
-                self.metrics.received(self._queue_name, len(messages))
+            # While the queue has a backlog (the last answer was full) a dequeue does not
+            # long-poll: it is answered at once either way, and a stop can then wait for
+            # it instead of abandoning messages it claimed. Otherwise one long poll.
+            wait = 0 if self._backlog else self.wait_seconds
+            task = asyncio.create_task(self._fetch(want, wait), name="retsu-dequeue")
+            self._requested += want
+            self._fetches[task] = wait
+            task.add_done_callback(self._fetch_done)
+
+    def _fetch_done(self, task: asyncio.Task[None]) -> None:
+        self._fetches.pop(task, None)
+        self._wake_fetcher()
+
+    async def _fetch(self, want: int, wait: int) -> None:
+        # Leases are timed from when the request was sent: the server started them
+        # later than that, so under load (a slow answer) the renewal is early, never late.
+        sent = time.monotonic()
+        try:
+            messages = await self.client.dequeue_many(
+                self._queue_id,
+                want,
+                wait_seconds=wait,
+                visibility_timeout_seconds=self._lease,
+                consumer=self.consumer_name,
+            )
+        except _FATAL as error:
+            self._requested -= want
+            self.log.error(
+                f"dequeue refused, stopping: {error}", extra=self._fields(code=error.code)
+            )
+            self._fatal = error
+            self.stop()
+            return
+        except RetsuError as error:
+            self._requested -= want
+            self._failures += 1
+            delay = min(30.0, 0.5 * 2 ** (self._failures - 1)) * random.uniform(0.5, 1.0)
+            self._retry_at = time.monotonic() + delay  # the fetch loop waits until then
+            self.log.warning(
+                f"dequeue failed, retrying in {delay:.1f}s: {error}",
+                extra=self._fields(retry_in=delay),
+            )
+            return
+        except Exception as error:  # a bug, not a passing failure: stop rather than spin
+            self._requested -= want
+            self.log.error(f"dequeue failed unexpectedly, stopping: {error!r}", exc_info=True)
+            self._fatal = error
+            self.stop()
+            return
+        except BaseException:  # cancelled by the shutdown
+            self._requested -= want
+            raise
+        self._requested -= want
+        self._failures = 0
+        count = len(messages)
+        self._backlog = count == want
+        if self._backlog:
+            # A full answer did not wait for messages: its time is the round trip.
+            took = time.monotonic() - sent
+            average = self._round_trip
+            self._round_trip = took if not average else average + (took - average) * EWMA_WEIGHT
+        if count:
+            size = sum(len(message.payload) for message in messages) / count
+            average = self._payload_size
+            self._payload_size = size if not average else average + (size - average) * EWMA_WEIGHT
+        renew_at = sent + self._lease / 2
+        held_by_handle = self._held
+        ready = self._ready
+        for message in messages:
+            held = _Held(message, received_at=sent, renew_at=renew_at)
+            held_by_handle[message.receipt_handle] = held
+            ready.put_nowait(held)
+        self._active += count
+        if self.metrics is not None and count:
+            self.metrics.received(self._queue_name, count)
 
     # --- handling -----------------------------------------------------------------------
 
@@ -366,7 +468,6 @@ class Worker:
         while not self.stopping:
             held = await self._ready.get()
             held.started = True
-            self._wake_fetcher()
             self._busy.add(me)
             try:
                 await self._handle(held)
@@ -405,6 +506,10 @@ class Worker:
         else:
             outcome = "acknowledged"
         duration = time.perf_counter() - started
+        average = self._handler_seconds
+        self._handler_seconds = (
+            duration if not average else average + (duration - average) * EWMA_WEIGHT
+        )
         if self.metrics is not None:
             self.metrics.finished(self._queue_name, duration)
         self._finish(held)
@@ -563,22 +668,21 @@ class Worker:
         acker: asyncio.Task[None],
     ) -> None:
         self.log.info("worker stopping", extra=self._fields(running=len(self._busy)))
+        deadline = time.monotonic() + self.shutdown_grace  # for everything still running
         fetcher.cancel()
         await asyncio.gather(fetcher, return_exceptions=True)
-        unstarted = []
-        while not self._ready.empty():
-            unstarted.append(self._ready.get_nowait())
         idle = [slot for slot in slots if slot not in self._busy]
         for slot in idle:
             slot.cancel()  # waiting for a message that will not come
         await asyncio.gather(*idle, return_exceptions=True)
-        await asyncio.gather(
-            *(self._release(held, 0, "released_on_shutdown") for held in unstarted)
-        )
+        await self._settle_fetches(deadline)
+        unstarted = []
+        while not self._ready.empty():
+            unstarted.append(self._ready.get_nowait())
+        await self._release_all(unstarted)
         running: set[asyncio.Task[Any]] = set(self._busy)
         if running:
             force: asyncio.Task[Any] = asyncio.create_task(self._force.wait())
-            deadline = time.monotonic() + self.shutdown_grace
             pending = running
             while pending and not force.done():
                 timeout = deadline - time.monotonic()
@@ -597,7 +701,7 @@ class Worker:
                     f"{len(late)} handler(s) still running after the grace period: released",
                     extra=self._fields(count=len(late)),
                 )
-            await asyncio.gather(*(self._release(held, 0, "released_on_shutdown") for held in late))
+            await self._release_all(late)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -607,6 +711,37 @@ class Worker:
         await asyncio.gather(extender, *self._extensions, return_exceptions=True)
         self._threads.close()
         self.log.info("worker stopped", extra=self._fields())
+
+    async def _settle_fetches(self, deadline: float) -> None:
+        """Let the dequeues already sent answer, so what they claimed is released at once
+        rather than left leased: one that does not long-poll answers at once and is waited
+        for (up to ``deadline``); a long poll — of an empty queue, as far as the worker knows
+        — gets a moment, then is abandoned."""
+        if not self._fetches:
+            return
+        polls = {task for task, wait in self._fetches.items() if wait}
+        prompt = set(self._fetches) - polls
+        unanswered: set[asyncio.Task[None]] = set()
+        if polls:
+            timeout = min(STOP_FETCH_WAIT, max(0.0, deadline - time.monotonic()))
+            unanswered |= (await asyncio.wait(polls, timeout=timeout))[1]
+        if prompt:
+            timeout = max(0.0, deadline - time.monotonic())
+            unanswered |= (await asyncio.wait(prompt, timeout=timeout))[1]
+        for task in unanswered:
+            task.cancel()
+        await asyncio.gather(*unanswered, return_exceptions=True)
+
+    async def _release_all(self, held: list[_Held]) -> None:
+        """Release messages at shutdown (visibility 0), a few requests at a time: a full
+        prefetch buffer is up to 200 calls, which must not open a connection each."""
+        gate = asyncio.Semaphore(RELEASE_CONCURRENCY)
+
+        async def release(one: _Held) -> None:
+            async with gate:
+                await self._release(one, 0, "released_on_shutdown")
+
+        await asyncio.gather(*(release(one) for one in held))
 
     # --- observability ------------------------------------------------------------------
 

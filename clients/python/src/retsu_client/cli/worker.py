@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--queue", required=True, help="queue name or id")
     parser.add_argument("--concurrency", type=int, default=1, help="handlers at once (1)")
     parser.add_argument(
-        "--prefetch", type=int, help="messages held at most, fetched in batches (concurrency)"
+        "--prefetch",
+        type=int,
+        help="messages held at most, fetched in batches (default: adaptive, fetching ahead "
+        "of fast handlers up to concurrency + 200, not ahead of slow ones)",
     )
     parser.add_argument("--wait-seconds", type=int, default=20, help="long poll (0-20, 20)")
     parser.add_argument("--visibility-timeout", type=int, help="lease per delivery (queue's)")
