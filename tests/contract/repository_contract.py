@@ -87,7 +87,7 @@ def unique_name(prefix: str = "contract") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
-def new_queue(name: str | None = None, *, paused: bool = False, **settings: int) -> Queue:
+def new_queue(name: str | None = None, *, paused: bool = False, **settings: Any) -> Queue:
     now = datetime.now(UTC)
     return Queue(
         id=uuid7(),
@@ -187,9 +187,10 @@ class Scenario:
         return [m.payload for m in await self.take_messages(limit, **options)]
 
     async def ack(self, *deliveries: DeliveredMessage) -> int:
-        return await self.messages.acknowledge(
+        acknowledged = await self.messages.acknowledge(
             self.queue.id, [Receipt(d.id, d.receipt_handle) for d in deliveries]
         )
+        return acknowledged.removed
 
     async def advance(self, seconds: float) -> None:
         await self.harness.advance(seconds)
@@ -297,7 +298,8 @@ class MessageBrowsingContract:
     async def test_pages_follow_one_another_without_gaps_or_repeats(
         self, harness: RepositoryHarness, state: BrowseState | None
     ) -> None:
-        q = Scenario(harness, await add(harness, new_queue()))
+        keep = 3600 if state is BrowseState.COMPLETED else 0
+        q = Scenario(harness, await add(harness, new_queue(completed_retention_seconds=keep)))
         for i in range(7):
             priority = [Priority.LOW, Priority.HIGH, Priority.MEDIUM][i % 3]
             delay = 600 - 10 * i if state is BrowseState.DELAYED else 0
@@ -306,6 +308,10 @@ class MessageBrowsingContract:
         if state is BrowseState.IN_FLIGHT:
             for seconds in (50, 20, 40, 10, 70, 30, 60):
                 await q.take_messages(1, visibility=seconds)
+        if state is BrowseState.COMPLETED:
+            for _ in range(7):
+                assert await q.ack(*await q.take_messages(1)) == 1
+                await q.advance(0.01)
         whole = await self.browse(q, state)
         assert len(whole) == 7
         seen: list[StoredMessage] = []
@@ -459,7 +465,10 @@ class MessageBrowsingContract:
         assert latest.details["redriven"] == 2
 
 
-class RepositoryContract(MessageBrowsingContract, ObservedContract):
+from tests.contract.flow_contract import FlowContract  # noqa: E402 (it builds on the above)
+
+
+class RepositoryContract(MessageBrowsingContract, ObservedContract, FlowContract):
     """The behaviour every repository adapter must share (consumers and history:
     ``observed_contract.py``)."""
 
@@ -949,7 +958,7 @@ class RepositoryContract(MessageBrowsingContract, ObservedContract):
     async def test_a_never_delivered_message_cannot_be_acknowledged(self, q: Scenario) -> None:
         (message_id,) = await q.send(message())
         receipt = Receipt(message_id, str(uuid.uuid4()))
-        assert await q.messages.acknowledge(q.id, [receipt]) == 0
+        assert (await q.messages.acknowledge(q.id, [receipt])).removed == 0
         assert await q.stored() == 1
 
     async def test_acknowledging_with_another_queue_id_removes_nothing(
@@ -992,7 +1001,7 @@ class RepositoryContract(MessageBrowsingContract, ObservedContract):
         assert await q.ack(b, d) == 2
 
     async def test_an_empty_acknowledge_removes_nothing(self, q: Scenario) -> None:
-        assert await q.messages.acknowledge(q.id, []) == 0
+        assert (await q.messages.acknowledge(q.id, [])).removed == 0
 
     # -- audit rows of queue changes ---------------------------------------------
 
@@ -1351,12 +1360,12 @@ class RepositoryContract(MessageBrowsingContract, ObservedContract):
         await self.make_dead_letters(q, "d", "e")
         newest_first = ["e", "d", "c", "b", "a"]
         assert [d.payload for d in await q.dead_letter_records()] == newest_first
-        listed = await q.dead_letters.list_dead_letters(q.id, limit=10, after=None)
+        listed = (await q.dead_letters.list_dead_letters(q.id, limit=10, after=None)).items
         assert [d.payload for d, _ in listed] == newest_first
         seen: list[str] = []
         after = None
         while True:
-            page = await q.dead_letters.list_dead_letters(q.id, limit=2, after=after)
+            page = (await q.dead_letters.list_dead_letters(q.id, limit=2, after=after)).items
             if not page:
                 break
             seen += [d.payload for d, _ in page]

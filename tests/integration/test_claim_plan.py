@@ -1,12 +1,12 @@
 """The claim's plan does not depend on statistics, and its cost does not grow with the
 backlog, the messages in flight or the delayed messages at the head of the queue (SPEC §6).
 
-The claim runs inside ``retsu_dequeue`` (migration 0005) with its planner settings pinned
-and as a generic plan. EXPLAIN cannot look inside a function call, so the test prepares the
-function's own claim statement with those settings and explains the generic plan, on a
-freshly loaded backlog whose statistics still describe an empty table (the situation that
-once made the planner sort every candidate row on every dequeue), and again after ANALYZE.
-"""
+The claim runs inside ``retsu_dequeue`` (migrations 0005, 0009: its fast path) with its
+planner settings pinned and as a generic plan. EXPLAIN cannot look inside a function call,
+so the test prepares the function's own claim statement with those settings and explains the
+generic plan, on a freshly loaded backlog whose statistics still describe an empty table
+(the situation that once made the planner sort every candidate row on every dequeue), and
+again after ANALYZE."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def claim_statement() -> str:
         ("p_batch", 4),
         ("p_reason", 5),
         ("v_max", 6),
+        ("p_consumer", 7),
     ):
         statement = re.sub(rf"\b{name}\b", f"${number}", statement)
     return statement
@@ -103,12 +104,12 @@ async def explain_claim(url: str, queue_id: uuid.UUID, limit: int) -> dict[str, 
             for setting in PINNED_SETTINGS:
                 await connection.execute(f"SET LOCAL {setting}")
             await connection.execute(
-                f"PREPARE claim (uuid, integer, integer, integer, text, integer) AS "
+                f"PREPARE claim (uuid, integer, integer, integer, text, integer, text) AS "
                 f"{claim_statement()}"
             )
             raw = await connection.fetchval(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                f"EXECUTE claim ('{queue_id}', {limit}, 30, 100, 'test', 5)"
+                f"EXECUTE claim ('{queue_id}', {limit}, 30, 100, 'test', 5, 'bench')"
             )
             plan = json.loads(raw)[0]
             raise _RollBack(plan)

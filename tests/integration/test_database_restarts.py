@@ -160,7 +160,8 @@ async def every_operation(storage: PostgresStorage) -> None:
     assert await storage.queues.get_queue(queue.id) is not None
     assert await storage.queues.list_queues(limit=1, after=None, name=queue.name)
     assert len(await storage.state.read_state(queue.id)) == 3
-    assert await storage.dead_letters.list_dead_letters(queue.id, limit=5, after=None) == []
+    found = await storage.dead_letters.list_dead_letters(queue.id, limit=5, after=None)
+    assert found.items == []
     assert await storage.audit_log.list_audit_records(
         limit=1, after=None, queue_id=queue.id, action=None
     )
@@ -215,7 +216,7 @@ async def test_with_one_session_in_ten_killed_no_call_ever_fails(
         )
         [delivered] = result.messages
         receipt = Receipt(delivered.id, delivered.receipt_handle)
-        assert await storage.messages.acknowledge(queue.id, [receipt]) == 1
+        assert (await storage.messages.acknowledge(queue.id, [receipt])).removed == 1
     assert await stored(database, queue.id) == 0
 
 
@@ -293,7 +294,7 @@ async def test_an_acknowledgement_cut_off_mid_statement_runs_again_on_a_fresh_co
     await asyncio.sleep(0.2)  # the second run waits on the same lock
     assert not task.done()
     await blocker.release()
-    assert await task == 1  # acknowledged once, by the second run
+    assert (await task).removed == 1  # acknowledged once, by the second run
     assert await stored(database, queue.id) == 0
 
 
@@ -384,7 +385,7 @@ async def test_a_read_only_server_is_unavailable_and_none_of_its_sessions_is_kep
     # not pooled again, so the very next write succeeds.
     await storage.messages.enqueue(queue.id, [message("after")])
     receipt = Receipt(delivered.id, delivered.receipt_handle)
-    assert await storage.messages.acknowledge(queue.id, [receipt]) == 1
+    assert (await storage.messages.acknowledge(queue.id, [receipt])).removed == 1
     assert await stored(database, queue.id) == 1
 
 

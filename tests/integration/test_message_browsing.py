@@ -98,10 +98,11 @@ async def test_deletes_racing_with_consumers_keep_the_counters_exact(
             # The delivery of a message an operator deleted acknowledges as a no-op; else it
             # is acknowledged while another delete races with it: exactly one of them wins.
             receipt = Receipt(delivered.id, delivered.receipt_handle)
-            acked, deleted_now = await asyncio.gather(
+            acknowledged, deleted_now = await asyncio.gather(
                 storage.messages.acknowledge(queue.id, [receipt]),
                 storage.browser.delete_message(queue.id, delivered.id, audit(delivered.id)),
             )
+            acked = acknowledged.removed
             assert acked + deleted_now == (0 if deleted else 1)
             outcomes["acknowledged"] += acked
             outcomes["deleted"] += deleted_now

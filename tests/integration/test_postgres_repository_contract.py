@@ -1,9 +1,9 @@
 """The repository contract on PostgreSQL.
 
 PostgreSQL's clock is the server's ``now()``, which tests cannot move. Moving every
-stored timestamp back by the same amount is the same thing as time moving forward.
-Only the rows of the queues a test created are moved, so other tests sharing the
-session's database never see time jump.
+stored timestamp back by the same amount is the same thing as time moving forward
+(``tests/support/timeshift.py``). Only the rows of the queues a test created are moved,
+so other tests sharing the session's database never see time jump.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from retsu.adapters.postgres.attempts import read_attempts
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.engine import create_engine
 from retsu.adapters.postgres.queues import PostgresQueues
@@ -33,45 +34,14 @@ from tests.contract.repository_contract import (
     new_queue,
 )
 from tests.support.postgres import PostgresStorage
+from tests.support.timeshift import shift
 
 pytestmark = pytest.mark.integration
 
-_SHIFT_MESSAGES = sa.text(
-    """
-    UPDATE queue_message
-    SET enqueued_at = enqueued_at - make_interval(secs => :seconds),
-        expires_at = expires_at - make_interval(secs => :seconds),
-        available_after = available_after - make_interval(secs => :seconds),
-        last_delivered_at = last_delivered_at - make_interval(secs => :seconds)
-    WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
-    """
-)
-_SHIFT_DEAD_LETTERS = sa.text(
-    """
-    UPDATE queue_dead_letter_message
-    SET enqueued_at = enqueued_at - make_interval(secs => :seconds),
-        last_delivered_at = last_delivered_at - make_interval(secs => :seconds),
-        dead_lettered_at = dead_lettered_at - make_interval(secs => :seconds)
-    WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
-    """
-)
-_SHIFT_IDEMPOTENCY_KEYS = sa.text(
-    """
-    UPDATE idempotency_key
-    SET created_at = created_at - make_interval(secs => :seconds)
-    WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
-    """
-)
-_SHIFT_HISTORY = sa.text(
-    """
-    UPDATE queue_history SET at = at - make_interval(secs => :seconds)
-    WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
-    """
-)
 _DEAD_LETTERS = sa.text(
     """
     SELECT id, queue_id, payload, priority, delivery_attempts, enqueued_at,
-           last_delivered_at, dead_lettered_at, reason
+           last_delivered_at, dead_lettered_at, reason, group_key, attempts, last_error
     FROM queue_dead_letter_message
     WHERE queue_id = :queue_id
     ORDER BY dead_lettered_at DESC, enqueue_order DESC
@@ -100,12 +70,9 @@ class PostgresHarness(PostgresStorage):
         self.queues = _RecordingQueues(self.database)
 
     async def advance(self, seconds: float) -> None:
-        parameters = {"seconds": float(seconds), "queue_ids": self.queues.queue_ids}
-        async with self.engine.begin() as connection:
-            await connection.execute(_SHIFT_MESSAGES, parameters)
-            await connection.execute(_SHIFT_DEAD_LETTERS, parameters)
-            await connection.execute(_SHIFT_IDEMPOTENCY_KEYS, parameters)
-            await connection.execute(_SHIFT_HISTORY, parameters)
+        async with self.engine.connect() as connection:
+            raw = await connection.get_raw_connection()
+            await shift(raw.driver_connection, seconds, self.queues.queue_ids)
 
     async def now(self) -> datetime:
         async with self.engine.connect() as connection:
@@ -126,6 +93,9 @@ class PostgresHarness(PostgresStorage):
                 last_delivered_at=row.last_delivered_at,
                 dead_lettered_at=row.dead_lettered_at,
                 reason=row.reason,
+                group=row.group_key,
+                attempts=read_attempts(row.attempts),
+                last_error=row.last_error,
             )
             for row in rows
         ]

@@ -12,6 +12,7 @@ migrations count what was stored before them.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import uuid
 from collections import Counter
@@ -33,9 +34,11 @@ from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.migrations import alembic_config
 from retsu.adapters.system import Uuid7Generator
 from retsu.domain.audit import AuditAction, AuditEntry, Caller
+from retsu.domain.browsing import BrowseState
 from retsu.domain.errors import IdempotencyKeyConflict
 from retsu.domain.message import MessageToStore, Priority, Receipt
 from retsu.domain.queue import QueueSettingsUpdate
+from retsu.domain.search import Search
 from tests.conftest import create_database, drop_database
 from tests.support.postgres import PostgresStorage
 from tests.support.services import PostgresServer
@@ -48,41 +51,74 @@ CALLER = Caller(actor="rollup-test", request_id="rollup")
 
 SHARD = "(get_byte(uuid_send(id), 15) & 31)"
 
+# The physical states each counter counts (migration 0009): a waiting or parked grouped
+# message as ready (1, 4, 7), a waiting one whose delay runs as delayed (3, 5), completed (6).
+_PHYSICAL = """
+    (state IN (1, 4, 7))::int AS ready, (state = 2)::int AS in_flight,
+    (state IN (3, 5))::int AS delayed, 0 AS dead_letters, (state = 6)::int AS completed
+"""
 ROLLUP_BY_SHARD = """
 SELECT queue_id, priority, shard, sum(ready) AS ready, sum(in_flight) AS in_flight,
-       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters
+       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters, sum(completed) AS completed
 FROM queue_state_rollup GROUP BY 1, 2, 3
 """
 COUNTS_BY_SHARD = f"""
 SELECT queue_id, priority, shard, sum(ready) AS ready, sum(in_flight) AS in_flight,
-       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters
+       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters, sum(completed) AS completed
 FROM (
-    SELECT queue_id, priority, {SHARD} AS shard,
-           (state = 1)::int AS ready, (state = 2)::int AS in_flight,
-           (state = 3)::int AS delayed, 0 AS dead_letters
+    SELECT queue_id, priority, {SHARD} AS shard, {_PHYSICAL}
     FROM queue_message
     UNION ALL
-    SELECT queue_id, priority, {SHARD}, 0, 0, 0, 1 FROM queue_dead_letter_message
+    SELECT queue_id, priority, {SHARD}, 0, 0, 0, 1, 0 FROM queue_dead_letter_message
 ) AS physical
 GROUP BY 1, 2, 3
 """
 ROLLUP_BY_PRIORITY = """
 SELECT queue_id, priority, sum(ready) AS ready, sum(in_flight) AS in_flight,
-       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters
+       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters, sum(completed) AS completed
 FROM queue_state_rollup GROUP BY 1, 2
 """
-COUNTS_BY_PRIORITY = """
+COUNTS_BY_PRIORITY = f"""
 SELECT queue_id, priority, sum(ready) AS ready, sum(in_flight) AS in_flight,
-       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters
+       sum(delayed) AS delayed, sum(dead_letters) AS dead_letters, sum(completed) AS completed
 FROM (
-    SELECT queue_id, priority, count(*) FILTER (WHERE state = 1) AS ready,
-           count(*) FILTER (WHERE state = 2) AS in_flight,
-           count(*) FILTER (WHERE state = 3) AS delayed, 0 AS dead_letters
-    FROM queue_message GROUP BY 1, 2
+    SELECT queue_id, priority, {_PHYSICAL} FROM queue_message
     UNION ALL
-    SELECT queue_id, priority, 0, 0, 0, count(*) FROM queue_dead_letter_message GROUP BY 1, 2
+    SELECT queue_id, priority, 0, 0, 0, 1, 0 FROM queue_dead_letter_message
 ) AS physical
 GROUP BY 1, 2
+"""
+# Lanes (SPEC §3.10): each group row's counters equal its members by state, a group holds at
+# most one pending head, and the rollup's groups count equals the groups with a live message.
+LANES_DIFFERING = """
+SELECT coalesce(g.queue_id, m.queue_id) AS queue_id, coalesce(g.group_key, m.group_key) AS g,
+       (g.leased, g.pending, g.waiting, g.waiting_delayed) AS stored,
+       (m.leased, m.pending, m.waiting, m.waiting_delayed) AS counted
+FROM (SELECT * FROM queue_group WHERE leased + pending + waiting + waiting_delayed > 0) AS g
+FULL JOIN (
+    SELECT queue_id, group_key, count(*) FILTER (WHERE state = 2) AS leased,
+           count(*) FILTER (WHERE state IN (1, 3, 7)) AS pending,
+           count(*) FILTER (WHERE state = 4) AS waiting,
+           count(*) FILTER (WHERE state = 5) AS waiting_delayed
+    FROM queue_message WHERE group_key IS NOT NULL AND state <> 6
+    GROUP BY 1, 2
+) AS m ON m.queue_id = g.queue_id AND m.group_key = g.group_key
+WHERE (g.leased, g.pending, g.waiting, g.waiting_delayed)
+      IS DISTINCT FROM (m.leased, m.pending, m.waiting, m.waiting_delayed)
+"""
+GROUPS_DIFFERING = """
+SELECT q.id, coalesce(r.groups, 0) AS stored, coalesce(m.groups, 0) AS counted
+FROM queue AS q
+LEFT JOIN (SELECT queue_id, sum(groups) AS groups FROM queue_state_rollup GROUP BY 1) AS r
+    ON r.queue_id = q.id
+LEFT JOIN (SELECT queue_id, count(DISTINCT group_key) AS groups FROM queue_message
+           WHERE group_key IS NOT NULL AND state <> 6 GROUP BY 1) AS m ON m.queue_id = q.id
+WHERE coalesce(r.groups, 0) <> coalesce(m.groups, 0)
+"""
+# A lane with room and no pending head but waiting members would never move again.
+STUCK_LANES = """
+SELECT g.queue_id, g.group_key FROM queue_group AS g JOIN queue AS q ON q.id = g.queue_id
+WHERE g.pending = 0 AND g.waiting + g.waiting_delayed > 0 AND g.leased < q.group_max_in_flight
 """
 CUMULATIVE = """
 SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(delivered), 0) AS delivered,
@@ -91,20 +127,22 @@ SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(delivered), 0) AS de
 FROM queue_state_rollup
 """
 
-Counts = tuple[int, int, int, int]  # ready, in flight, delayed, dead letters
+Counts = tuple[int, ...]  # ready, in flight, delayed, dead letters[, completed]
 
 
 def _table(rows: list[asyncpg.Record], key: int) -> dict[tuple[Any, ...], Counts]:
     """Rows keyed by their first ``key`` columns; all-zero counters left out."""
     table = {}
     for row in rows:
-        counts = (
+        counts: Counts = (
             int(row["ready"]),
             int(row["in_flight"]),
             int(row["delayed"]),
             int(row["dead_letters"]),
         )
-        if counts != (0, 0, 0, 0):
+        if int(row["completed"]):
+            counts += (int(row["completed"]),)
+        if any(counts):
             table[tuple(row)[:key]] = counts
     return table
 
@@ -129,8 +167,14 @@ async def assert_rollup_exact(url: str) -> dict[tuple[Any, ...], Counts]:
                 "SELECT count(*) FROM queue_state_rollup "
                 "WHERE ready < 0 OR in_flight < 0 OR delayed < 0 OR dead_letters < 0"
             )
+            lanes = [tuple(row) for row in await connection.fetch(LANES_DIFFERING)]
+            groups = [tuple(row) for row in await connection.fetch(GROUPS_DIFFERING)]
+            stuck = [tuple(row) for row in await connection.fetch(STUCK_LANES)]
     finally:
         await connection.close()
+    assert lanes == [], lanes
+    assert groups == [], groups
+    assert stuck == [], stuck
     differing = {
         k: (rollup.get(k), counted.get(k))
         for k in set(rollup) | set(counted)
@@ -143,16 +187,33 @@ async def assert_rollup_exact(url: str) -> dict[tuple[Any, ...], Counts]:
 
 
 async def insert_queue(
-    engine: AsyncEngine, name: str, *, max_attempts: int = 5, visibility: int = 30
+    engine: AsyncEngine,
+    name: str,
+    *,
+    max_attempts: int = 5,
+    visibility: int = 30,
+    group_max_in_flight: int = 1,
+    max_in_flight: int | None = None,
+    completed_retention: int = 0,
 ) -> UUID:
     queue_id = uuid.uuid4()
     async with engine.begin() as connection:
         await connection.execute(
             sa.text(
                 "INSERT INTO queue (id, name, visibility_timeout_seconds, max_delivery_attempts,"
-                " default_message_ttl_seconds) VALUES (:id, :name, :visibility, :attempts, 3600)"
+                " default_message_ttl_seconds, group_max_in_flight, max_in_flight,"
+                " completed_retention_seconds) VALUES (:id, :name, :visibility, :attempts,"
+                " 3600, :group_max, :cap, :kept)"
             ),
-            {"id": queue_id, "name": name, "visibility": visibility, "attempts": max_attempts},
+            {
+                "id": queue_id,
+                "name": name,
+                "visibility": visibility,
+                "attempts": max_attempts,
+                "group_max": group_max_in_flight,
+                "cap": max_in_flight,
+                "kept": completed_retention,
+            },
         )
     return queue_id
 
@@ -178,16 +239,22 @@ class Workload:
         self.repository = PostgresStorage(engine)
         self.maintenance = PostgresMaintenance(Database(engine))
         self.queues = queues  # id -> max delivery attempts
+        self.grouped: set[UUID] = set()  # queues whose messages may have a group
         self.rng = rng
         self.ops: Counter[str] = Counter()
 
-    def _message(self) -> MessageToStore:
+    def _message(self, queue_id: UUID | None = None) -> MessageToStore:
         rng = self.rng
         ttl = rng.choice((8, 25, 600, 600))
         delay = rng.choice((0, 0, 0, 5)) if ttl > 5 else 0
-        return MessageToStore(
-            uuid.uuid4(), "p" * rng.randint(1, 40), rng.choice(list(Priority)), ttl, delay
+        # Lanes: a few groups per grouped queue, some messages of no group among them.
+        group = (
+            rng.choice(("g1", "g2", "g3", "g4", None))
+            if queue_id is not None and queue_id in self.grouped
+            else None
         )
+        payload = json.dumps({"n": rng.randint(0, 3), "pad": "p" * rng.randint(1, 40)})
+        return MessageToStore(uuid.uuid4(), payload, rng.choice(list(Priority)), ttl, delay, group)
 
     async def _deadlock_tolerant(self, kind: str, operation: Awaitable[T]) -> T | None:
         """The repository retries a transaction PostgreSQL aborted as a deadlock victim,
@@ -198,7 +265,7 @@ class Workload:
     async def enqueue(self) -> None:
         queue_id = self.rng.choice(list(self.queues))
         n = self.rng.choice((1, 1, 2, 5, 20))
-        messages = [self._message() for _ in range(n)]
+        messages = [self._message(queue_id) for _ in range(n)]
         await self._deadlock_tolerant(
             "enqueue", self.repository.messages.enqueue(queue_id, messages)
         )
@@ -207,7 +274,7 @@ class Workload:
 
     async def enqueue_idempotent(self) -> None:
         queue_id = self.rng.choice(list(self.queues))
-        message = self._message()
+        message = self._message(queue_id)
         key = f"key-{self.rng.randint(1, 20)}"
         try:
             result = await self.repository.messages.enqueue_idempotent(
@@ -240,8 +307,11 @@ class Workload:
         lower (or raise) a queue's attempts limit."""
         queue_id = self.rng.choice(list(self.queues))
         roll = self.rng.random()
-        if roll < 0.15:
+        if roll < 0.1:
             await self._limit(queue_id)
+            return
+        if roll < 0.15:  # a bulk delete: what a search selects, in any state
+            await self._delete_selected(queue_id)
             return
         if roll < 0.3:  # an operator deletes a message it browsed, in whatever state
             await self._delete_a_message(queue_id)
@@ -260,7 +330,9 @@ class Workload:
             self.ops["redriven"] += moved
             self.ops["enqueued"] += moved
             return
-        page = await self.repository.dead_letters.list_dead_letters(queue_id, limit=3, after=None)
+        page = (
+            await self.repository.dead_letters.list_dead_letters(queue_id, limit=3, after=None)
+        ).items
         if not page:
             return
         dead, _ = self.rng.choice(page)
@@ -287,7 +359,27 @@ class Workload:
         if await self.repository.browser.delete_message(queue_id, chosen.id, audit):
             self.ops["messages deleted"] += 1
 
+    async def _delete_selected(self, queue_id: UUID) -> None:
+        search = Search(
+            group=self.rng.choice(("g1", "g2", None)), match={"n": self.rng.randint(0, 3)}
+        )
+        state = self.rng.choice((None, BrowseState.READY, BrowseState.IN_FLIGHT))
+        audit = AuditEntry.of_queue(AuditAction.MESSAGE_DELETED, queue_id, CALLER)
+        deleted = await self.repository.browser.delete_messages(
+            queue_id, state=state, search=search, limit=self.rng.choice((1, 5)), audit=audit
+        )
+        self.ops["messages deleted in bulk"] += deleted
+
     async def _limit(self, queue_id: UUID) -> None:
+        if queue_id in self.grouped and self.rng.random() < 0.5:
+            # Lanes widen and narrow: a raised limit frees waiting messages at once.
+            await self.repository.queues.update_queue(
+                queue_id,
+                QueueSettingsUpdate(group_max_in_flight=self.rng.choice((1, 2, 4))),
+                AuditEntry.of_queue(AuditAction.QUEUE_UPDATED, queue_id, CALLER),
+            )
+            self.ops["lanes changed"] += 1
+            return
         limit = self.rng.choice((1, 2, 3, 5))
         await self.repository.queues.update_queue(
             queue_id,
@@ -315,15 +407,24 @@ class Workload:
         self.ops["delivered"] += len(result.messages)
         acked = [m for m in result.messages if self.rng.random() < 0.5]
         if acked:
-            receipts = [Receipt(m.id, m.receipt_handle) for m in acked]
+            receipts = [Receipt(m.id, m.receipt_handle, result="done") for m in acked]
             removed = await self._deadlock_tolerant(
                 "acknowledge", self.repository.messages.acknowledge(queue_id, receipts)
             )
-            self.ops["acknowledged"] += removed or 0
+            self.ops["acknowledged"] += 0 if removed is None else removed.removed
+        rest = [m for m in result.messages if m not in acked]
+        if rest and self.rng.random() < 0.2:
+            # Their response never reached the consumer: back at once, uncounted.
+            taken = await self.repository.messages.unclaim(
+                queue_id, [Receipt(m.id, m.receipt_handle) for m in rest]
+            )
+            self.ops["unclaimed"] += taken
+            self.ops["delivered"] -= taken
 
     async def clean(self) -> None:
         removed = await self.maintenance.delete_expired_messages(self.rng.choice((3, 50)))
         self.ops["expired"] += sum(group.count for group in removed)
+        self.ops["completed cleaned"] += await self.maintenance.delete_completed_messages(50)
 
     async def purge_dead_letters(self) -> None:
         removed = await self.maintenance.delete_dead_letters_older_than(3600, 10)
@@ -393,12 +494,17 @@ async def test_the_rollup_equals_a_full_count_after_a_random_concurrent_workload
     scratch_url: str, engine: AsyncEngine
 ) -> None:
     rng = random.Random(20261129)
+    lanes = await insert_queue(engine, "lanes", max_attempts=2, completed_retention=20)
+    wide = await insert_queue(engine, "wide", group_max_in_flight=3, max_in_flight=12)
     queues = {
         await insert_queue(engine, "once", max_attempts=1): 1,
         await insert_queue(engine, "twice", max_attempts=2): 2,
         await insert_queue(engine, "often", max_attempts=5): 5,
+        lanes: 2,
+        wide: 5,
     }
     work = Workload(engine, queues, rng)
+    work.grouped = {lanes, wide}
     # Start with a backlog, so the dequeuers have something to fight over.
     await asyncio.gather(*(work.enqueue() for _ in range(30)))
     await assert_rollup_exact(scratch_url)
@@ -436,6 +542,8 @@ async def test_the_rollup_equals_a_full_count_after_a_random_concurrent_workload
     await advance_database_clock(scratch_url, 4000)
     while expired := sum(g.count for g in await work.maintenance.delete_expired_messages(500)):
         work.ops["expired"] += expired
+    while cleaned := await work.maintenance.delete_completed_messages(500):
+        work.ops["completed cleaned"] += cleaned
     while purged := sum(
         g.count for g in await work.maintenance.delete_dead_letters_older_than(3600, 500)
     ):
@@ -455,8 +563,12 @@ async def test_the_rollup_equals_a_full_count_after_a_random_concurrent_workload
         "redriven",
         "dead letters deleted",
         "messages deleted",
+        "messages deleted in bulk",
         "purged",
         "limit changed",
+        "lanes changed",
+        "unclaimed",
+        "completed cleaned",
     ):
         assert work.ops[kind] > 0, kind
     assert work.ops["dead-lettered"] > 0

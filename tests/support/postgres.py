@@ -55,7 +55,8 @@ def _migration(revision: str) -> ModuleType:
     return module
 
 
-HOT_PATH_MIGRATION = _HOT_PATH = _migration("0005")
+# The latest migration that defines the hot functions (claim, state): 0009 (lanes).
+HOT_PATH_MIGRATION = _HOT_PATH = _migration("0009")
 # The planner settings the server-side functions pin ("enable_seqscan = off", ...).
 PINNED_SETTINGS: list[str] = [
     part.strip() for part in _HOT_PATH.PINNED.split("SET ") if part.strip()

@@ -67,6 +67,8 @@ class ScriptedBrowser:
         priority: Priority | None,
         limit: int,
         after: MessagePosition | None,
+        group: str | None = None,
+        match: dict[str, Any] | None = None,
     ) -> MessageBatch:
         self.asked.append({"state": state, "priority": priority, "limit": limit, "after": after})
         return self.batches.pop(0)

@@ -424,7 +424,7 @@ async def test_only_changes_that_can_make_a_message_deliverable_are_announced() 
 async def test_a_redrive_is_announced_only_when_something_moved() -> None:
     world = Announcing()
     queue = await world.queues.create(CreateQueueCommand(name="orders", max_delivery_attempts=1))
-    assert await world.dead_letters.redrive_many(RedriveDeadLettersCommand(queue.id)) == 0
+    assert (await world.dead_letters.redrive_many(RedriveDeadLettersCommand(queue.id))).count == 0
     with pytest.raises(DeadLetterNotFound):
         await world.dead_letters.redrive(DeadLetterCommand(queue.id, uuid.uuid4()))
     assert world.signals.announced == []
@@ -435,7 +435,7 @@ async def test_a_redrive_is_announced_only_when_something_moved() -> None:
     assert await world.messages.dequeue(DequeueCommand(queue.id, options)) == []
     assert len(world.memory.dead_letters_of(queue.id)) == 1
     world.signals.announced.clear()
-    assert await world.dead_letters.redrive_many(RedriveDeadLettersCommand(queue.id)) == 1
+    assert (await world.dead_letters.redrive_many(RedriveDeadLettersCommand(queue.id))).count == 1
     assert world.signals.announced == [queue.id]
 
 

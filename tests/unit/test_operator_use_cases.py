@@ -664,7 +664,7 @@ async def test_bulk_redrive_moves_the_oldest_first_up_to_the_limit(world: World)
     await world.poison(queue, "c")
     oldest = world.repository.dead_letters_of(queue.id)[:0:-1]  # a, b
     moved = await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id, 2, ALICE))
-    assert moved == 2
+    assert moved.count == 2
     assert [d.payload for d in world.repository.dead_letters_of(queue.id)] == ["c"]
     received = await world.receive(queue)
     assert [m.payload for m in received] == ["a", "b"]
@@ -682,9 +682,9 @@ async def test_bulk_redrive_moves_the_oldest_first_up_to_the_limit(world: World)
 async def test_bulk_redrive_defaults_to_100(world: World) -> None:
     queue = await world.queue(max_delivery_attempts=1)
     await world.poison(queue, *(str(i) for i in range(101)))
-    assert await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id)) == 100
-    assert await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id, 1000)) == 1
-    assert await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id)) == 0
+    assert (await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id))).count == 100
+    assert (await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id, 1000))).count == 1
+    assert (await world.redrive_dead_letters(RedriveDeadLettersCommand(queue.id))).count == 0
 
 
 @pytest.mark.parametrize("limit", [0, 1001])

@@ -1,12 +1,11 @@
 """Use case: one batch of the expired-message cleaner.
 
-A batch is two bounded statements: up to ``batch_size`` expired messages (an
-in-flight one only once its lease has also ended), then up to ``batch_size``
-Idempotency-Keys older than 24 h; then up to ``batch_size`` consumers not seen for 24 h
-(SPEC §3.7) and up to ``batch_size`` queue-history snapshots older than 7 days (SPEC §3.8).
-The batch counts as full when any came back full, so the worker goes on at once while a
-backlog remains.
-"""
+A batch is bounded statements: up to ``batch_size`` expired messages (an in-flight one only
+once its lease has also ended), up to ``batch_size`` completed messages kept past their
+queue's retention (SPEC §3.11), up to ``batch_size`` Idempotency-Keys older than 24 h; then
+up to ``batch_size`` consumers not seen for 24 h (SPEC §3.7) and up to ``batch_size`` queue-
+history snapshots older than 7 days (SPEC §3.8). The batch counts as full when any came back
+full, so the worker goes on at once while a backlog remains."""
 
 from __future__ import annotations
 
@@ -51,6 +50,8 @@ class CleanExpiredMessages:
         for group in removed:
             self._events.expired(group.queue_name, group.delivery_history, group.count)
         messages = sum(group.count for group in removed)
+        # Completed messages past their queue's retention (SPEC §3.11): not expiries.
+        completed = await self._maintenance.delete_completed_messages(batch_size)
         keys = 0
         if self._idempotency_keys is not None:
             keys = await self._idempotency_keys.delete_idempotency_keys_older_than(
@@ -70,6 +71,6 @@ class CleanExpiredMessages:
                 HISTORY_RETENTION_SECONDS, batch_size
             )
         return BatchResult(
-            removed=messages + keys + consumers + snapshots,
-            full=max(messages, keys, consumers, snapshots) >= batch_size,
+            removed=messages + completed + keys + consumers + snapshots,
+            full=max(messages, completed, keys, consumers, snapshots) >= batch_size,
         )

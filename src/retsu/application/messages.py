@@ -46,6 +46,7 @@ from retsu.application.ports import (
     QueueNames,
 )
 from retsu.application.track_consumers import ConsumerTracker
+from retsu.domain.attempts import validate_error, validate_result
 from retsu.domain.dequeue import DequeueOptions
 from retsu.domain.errors import InvalidInput, StaleReceiptHandle
 from retsu.domain.idempotency import IdempotentEnqueued, fingerprint, validate_idempotency_key
@@ -102,6 +103,8 @@ class ChangeVisibilityCommand:
     # The lease ends this many seconds from now; 0 releases the message for immediate
     # redelivery (the attempt still counts).
     visibility_timeout_seconds: int
+    # Why the consumer gave the message back (recorded on the attempt; SPEC §3.11).
+    error: str | None = None
 
 
 class MessageService:
@@ -182,11 +185,11 @@ class MessageService:
     # -- dequeue -----------------------------------------------------------------
 
     async def dequeue(self, cmd: DequeueCommand) -> list[DeliveredMessage]:
-        consumer = cmd.consumer if self._consumers is not None else None
+        consumer = cmd.consumer
         if cmd.options.wait_seconds <= 0 or self._signals.closed:
             return (await self._claim(cmd.queue_id, cmd.options, consumer)).messages
         messages = await self._long_poll(cmd.queue_id, cmd.options, consumer)
-        if consumer is not None and not messages:
+        if consumer is not None and self._consumers is not None and not messages:
             self._seen(cmd.queue_id, consumer, 0)  # the end of an empty long poll
         return messages
 
@@ -222,29 +225,49 @@ class MessageService:
             limit=options.limit,
             visibility_timeout_seconds=options.visibility_timeout_seconds,
             dead_letter_batch_size=DEAD_LETTER_BATCH_SIZE,
+            consumer=consumer,
         )
-        if consumer is not None:
+        if consumer is not None and self._consumers is not None:
             self._seen(queue_id, consumer, len(result.messages))
         if result.dead_lettered:
             self._events.dead_lettered(await self._names.name_of(queue_id), result.dead_lettered)
+        if result.throttled is not None:
+            self._events.throttled(await self._names.name_of(queue_id), result.throttled)
         return result
+
+    async def unclaim(self, queue_id: UUID, messages: Sequence[DeliveredMessage]) -> int:
+        """Take back deliveries whose response could not reach their consumer (it
+        disconnected; SPEC §3.1): they are deliverable again at once, their attempt not
+        counted. Waiting polls are told."""
+        taken = await self._messages.unclaim(
+            queue_id, [Receipt(m.id, m.receipt_handle) for m in messages]
+        )
+        if taken:
+            self._signals.announce(queue_id)
+        return taken
 
     # -- after a delivery ----------------------------------------------------------
 
     async def acknowledge(self, cmd: AcknowledgeCommand) -> int:
-        """Idempotent: a stale receipt removes nothing. How many were removed."""
+        """Idempotent: a stale receipt removes nothing. How many were removed. A lane's
+        next message, or a free lease under the queue's cap, wakes the waiting polls."""
+        for receipt in cmd.receipts:
+            validate_result(receipt.result)
         name = await self._names.name_of(cmd.queue_id)  # raises QueueNotFound
-        removed = await self._messages.acknowledge(cmd.queue_id, cmd.receipts)
-        if removed:
-            self._events.acknowledged(name, removed)
-        return removed
+        done = await self._messages.acknowledge(cmd.queue_id, cmd.receipts)
+        if done.wake:
+            self._signals.announce(cmd.queue_id)
+        if done.removed:
+            self._events.acknowledged(name, done.removed)
+        return done.removed
 
     async def change_visibility(self, cmd: ChangeVisibilityCommand) -> None:
         """Extend or end the lease of the current delivery; StaleReceiptHandle when the
         receipt is not the message's current, unexpired delivery."""
         timeout = VISIBILITY_CHANGE.check(cmd.visibility_timeout_seconds)
+        error = validate_error(cmd.error)
         await self._names.name_of(cmd.queue_id)  # raises QueueNotFound
-        if not await self._messages.change_visibility(cmd.queue_id, cmd.receipt, timeout):
+        if not await self._messages.change_visibility(cmd.queue_id, cmd.receipt, timeout, error):
             raise StaleReceiptHandle()
         if timeout == 0:  # released now: deliverable at once
             self._signals.announce(cmd.queue_id)

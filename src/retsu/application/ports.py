@@ -8,18 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
 from retsu.domain.browsing import BrowseState, MessageBatch, MessagePosition, StoredMessage
 from retsu.domain.consumer import ConsumerPosition, ConsumerRecord, ConsumerSighting, SeenBetween
+from retsu.domain.groups import GroupPosition, GroupState, GroupSummary
 from retsu.domain.history import HistoryPoint
 from retsu.domain.idempotency import IdempotentEnqueued
 from retsu.domain.maintenance import ExpiredMessages, PurgedDeadLetters
-from retsu.domain.message import DeadLetter, DequeueResult, MessageToStore, Priority, Receipt
-from retsu.domain.pagination import AuditPosition, DeadLetterPosition, QueuePosition
+from retsu.domain.message import (
+    Acknowledged,
+    DeadLetter,
+    DequeueResult,
+    MessageToStore,
+    Priority,
+    Receipt,
+)
+from retsu.domain.pagination import AuditPosition, DeadLetterPosition, Found, QueuePosition
 from retsu.domain.queue import Queue, QueueSettingsUpdate
+from retsu.domain.search import EVERYTHING, Search
 from retsu.domain.state import PriorityState, StateSnapshot
 
 
@@ -107,10 +116,15 @@ class MessageRepository(Protocol):
         limit: int,
         visibility_timeout_seconds: int | None,
         dead_letter_batch_size: int,
+        consumer: str | None = None,
     ) -> DequeueResult:
         """Move up to ``dead_letter_batch_size`` exhausted messages to dead-letter storage,
-        then claim up to ``limit`` deliverable messages: highest priority first, FIFO
-        within a priority, never one that is expired, delayed or leased.
+        then claim up to ``limit`` deliverable messages: highest priority first, then the
+        one that waited longest (FIFO without groups; a group's next message waits from
+        its group's last delivery, and a group is an ordered lane of at most
+        ``group_max_in_flight`` leases — SPEC §3.10), within the queue's ``max_in_flight``
+        and rate limits; never one that is expired, delayed or leased. Each delivery is
+        recorded as an attempt of ``consumer`` (SPEC §3.11).
 
         The queue's own stored settings decide, read in the same transaction (never a
         cached copy): its attempts limit (a message with no attempts left is never
@@ -120,11 +134,10 @@ class MessageRepository(Protocol):
         """
         ...
 
-    async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
-        """Delete each message whose current, unexpired delivery matches its receipt.
-
-        Returns how many were deleted; a stale receipt deletes nothing.
-        """
+    async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> Acknowledged:
+        """Delete each message whose current, unexpired delivery matches its receipt — or,
+        when the queue keeps completed messages, keep it as completed with the receipt's
+        result. A stale receipt changes nothing. Raises QueueNotFound."""
         ...
 
     async def enqueue_idempotent(
@@ -141,11 +154,21 @@ class MessageRepository(Protocol):
         ...
 
     async def change_visibility(
-        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
+        self,
+        queue_id: UUID,
+        receipt: Receipt,
+        visibility_timeout_seconds: int,
+        error: str | None = None,
     ) -> bool:
-        """End the lease ``visibility_timeout_seconds`` from now (0: at once) if the receipt
-        is the message's current, unexpired delivery; False (nothing changed) otherwise.
-        The delivery attempt still counts."""
+        """End the lease ``visibility_timeout_seconds`` from now (0: at once, the attempt
+        closing as released) if the receipt is the message's current, unexpired delivery;
+        False (nothing changed) otherwise. The delivery attempt still counts; ``error`` is
+        recorded on it."""
+        ...
+
+    async def unclaim(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
+        """Take back deliveries that never reached their consumer (SPEC §3.1): each current
+        delivery's lease ends now and its attempt is not counted. How many."""
         ...
 
 
@@ -161,20 +184,60 @@ class MessageBrowser(Protocol):
         priority: Priority | None,
         limit: int,
         after: MessagePosition | None,
+        group: str | None = None,
+        match: dict[str, Any] | None = None,
     ) -> MessageBatch:
-        """Up to ``limit`` live messages after ``after``, in the order of ``state``'s list
-        (every live message when None), of ``priority`` only when given; never changes a
-        message. Examines at most ``BROWSE_SCAN_BUDGET`` stored rows: when that ends the
+        """Up to ``limit`` messages after ``after``, in the order of ``state``'s list (every
+        live message when None; completed ones only when asked), of ``priority``, of
+        ``group`` and whose JSON payload contains ``match`` only when given; never changes
+        a message. Examines at most ``BROWSE_SCAN_BUDGET`` stored rows: when that ends the
         walk first, the batch says where to resume. Raises QueueNotFound."""
         ...
 
     async def get_message(self, queue_id: UUID, message_id: UUID) -> StoredMessage | None:
-        """The live message, or None when it is in no state. Raises QueueNotFound."""
+        """The live (or completed) message, or None when it is in no state. Raises
+        QueueNotFound."""
         ...
 
     async def delete_message(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
-        """Remove a live message in any state, with its audit row, in one transaction; False
-        when there is none. Raises QueueNotFound."""
+        """Remove a live (or completed) message in any state, with its audit row, in one
+        transaction; False when there is none. Raises QueueNotFound."""
+        ...
+
+    async def list_groups(
+        self,
+        queue_id: UUID,
+        *,
+        state: GroupState | None,
+        limit: int,
+        after: GroupPosition | None,
+    ) -> Found[GroupSummary, GroupPosition]:
+        """Up to ``limit`` groups with a live message after ``after`` (of ``state`` when
+        given), the longest-waiting first (``domain/groups.py``). With a state, examines
+        at most ``BROWSE_SCAN_BUDGET`` groups: when that ends the walk first, the result
+        says where to resume. Raises QueueNotFound."""
+        ...
+
+    async def count_messages(
+        self, queue_id: UUID, *, state: BrowseState | None, search: Search, limit: int
+    ) -> int:
+        """How many messages in ``state`` (any live one when None) ``search`` admits, at
+        most ``limit`` (a bulk action's dry run). Raises QueueNotFound."""
+        ...
+
+    async def delete_messages(
+        self,
+        queue_id: UUID,
+        *,
+        state: BrowseState | None,
+        search: Search,
+        limit: int,
+        audit: AuditEntry,
+    ) -> int:
+        """Delete up to ``limit`` of those messages — live ones in enqueue order, completed
+        ones oldest completion first — in bounded batches, never one a dequeue holds, every
+        count kept exact; how many. One audit row, its details given ``deleted``: the
+        count (SPEC §3.11). Raises QueueNotFound."""
         ...
 
 
@@ -183,8 +246,17 @@ class DeadLetterRepository(Protocol):
     enqueue_order) descending; bulk redrive takes the exact reverse, oldest first."""
 
     async def list_dead_letters(
-        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
-    ) -> list[tuple[DeadLetter, DeadLetterPosition]]: ...
+        self,
+        queue_id: UUID,
+        *,
+        limit: int,
+        after: DeadLetterPosition | None,
+        search: Search = EVERYTHING,
+    ) -> Found[DeadLetter, DeadLetterPosition]:
+        """Up to ``limit`` records after ``after`` that ``search`` admits, newest first.
+        With a search, examines at most ``BROWSE_SCAN_BUDGET`` records: when that ends the
+        walk first, the result says where to resume."""
+        ...
 
     async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None: ...
 
@@ -197,15 +269,32 @@ class DeadLetterRepository(Protocol):
         ...
 
     async def redrive_dead_letters(
-        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
+        self,
+        queue_id: UUID,
+        new_ids: Sequence[UUID],
+        audit: AuditEntry,
+        search: Search = EVERYTHING,
     ) -> int:
-        """Redrive up to ``len(new_ids)`` records, oldest first, giving them the new ids in
-        that order; how many moved. The audit row's details get ``redriven``: the count, and
-        ``new_message_ids``: each record's id → the id of the message made from it."""
+        """Redrive up to ``len(new_ids)`` records ``search`` admits, oldest first, giving
+        them the new ids in that order, skipping any another action holds; how many moved.
+        The audit row's details get ``redriven``: the count, and ``new_message_ids``: each
+        record's id → the id of the message made from it."""
         ...
 
     async def delete_dead_letter(self, queue_id: UUID, message_id: UUID, audit: AuditEntry) -> bool:
         """False when there is no such record."""
+        ...
+
+    async def count_dead_letters(self, queue_id: UUID, search: Search, limit: int) -> int:
+        """How many records ``search`` admits, at most ``limit`` (a bulk action's dry run)."""
+        ...
+
+    async def delete_dead_letters(
+        self, queue_id: UUID, search: Search, limit: int, audit: AuditEntry
+    ) -> int:
+        """Delete up to ``limit`` records ``search`` admits, oldest first, in bounded
+        batches, skipping any another action holds; how many. One audit row, its details
+        given ``deleted``: the count (SPEC §3.11)."""
         ...
 
 
@@ -266,6 +355,11 @@ class QueueEvents(Protocol):
 
     def redriven(self, queue_name: str, count: int = 1) -> None: ...
 
+    def throttled(self, queue_name: str, reason: str) -> None:
+        """A dequeue got fewer messages than it could have because of a limit (SPEC §3.10:
+        ``max_in_flight``, ``rate_limit``, ``group_rate_limit``)."""
+        ...
+
 
 class MessageMaintenance(Protocol):
     """Bulk removals done by the background cleaners, one bounded batch per call."""
@@ -278,6 +372,11 @@ class MessageMaintenance(Protocol):
     async def delete_dead_letters_older_than(
         self, retention_seconds: int, batch_size: int
     ) -> list[PurgedDeadLetters]: ...
+
+    async def delete_completed_messages(self, batch_size: int) -> int:
+        """Delete up to ``batch_size`` completed messages kept longer than their queue's
+        ``completed_retention_seconds`` (SPEC §3.11), oldest completion first; how many."""
+        ...
 
 
 class IdempotencyKeyMaintenance(Protocol):

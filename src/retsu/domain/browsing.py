@@ -14,7 +14,8 @@ Each state is listed in its own order, keyset-paginated on that order:
 * ready: delivery order, highest priority first, then enqueue order — ``[priority,
   enqueue_order]``;
 * in flight: lease end, soonest first — ``[lease end in µs, enqueue_order]``;
-* delayed: end of the delay — ``[delay end in µs, enqueue_order]``.
+* delayed: end of the delay — ``[delay end in µs, enqueue_order]``;
+* completed: newest completion first — ``[completion in µs, enqueue_order]``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from retsu.domain.attempts import Attempt
 from retsu.domain.errors import InvalidInput
 from retsu.domain.message import Priority
 from retsu.domain.pagination import from_micros, invalid_cursor, to_micros
@@ -42,6 +44,8 @@ class BrowseState(enum.StrEnum):
     READY = "ready"
     IN_FLIGHT = "in_flight"
     DELAYED = "delayed"
+    # Acknowledged and kept (SPEC §3.11): listed newest completion first, never live.
+    COMPLETED = "completed"
 
     @classmethod
     def parse(cls, text: str) -> BrowseState:
@@ -49,7 +53,8 @@ class BrowseState(enum.StrEnum):
             return cls(text)
         except ValueError:
             raise InvalidInput(
-                "state must be one of ready, in_flight, delayed.", code="invalid_state"
+                "state must be one of ready, in_flight, delayed, completed.",
+                code="invalid_state",
             ) from None
 
 
@@ -95,6 +100,11 @@ class StoredMessage:
     group: str | None = None
     # The schedule whose due time enqueued it (SPEC §3.12), else None.
     schedule_id: UUID | None = None
+    # Every delivery, oldest first (SPEC §3.11).
+    attempts: tuple[Attempt, ...] = ()
+    # A completed message's (§3.11): when it was acknowledged, and the acknowledge's result.
+    completed_at: datetime | None = None
+    result: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +113,7 @@ class MessagePosition:
 
     enqueue_order: int
     priority: Priority | None = None  # ready
-    at: datetime | None = None  # in flight, delayed
+    at: datetime | None = None  # in flight, delayed, completed
 
     @classmethod
     def of(cls, state: BrowseState | None, message: StoredMessage) -> MessagePosition:
@@ -111,6 +121,9 @@ class MessagePosition:
             return cls(message.enqueue_order, priority=message.priority)
         if state is None:
             return cls(message.enqueue_order)
+        if state is BrowseState.COMPLETED:
+            assert message.completed_at is not None
+            return cls(message.enqueue_order, at=message.completed_at)
         return cls(message.enqueue_order, at=message.available_at)
 
     def seal(self, state: BrowseState | None) -> list[Any]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
+from retsu.domain.attempts import Attempt
 from retsu.domain.errors import InvalidInput
 from retsu.domain.queue import QueueSettings
 from retsu.domain.ranges import IntRange
@@ -184,6 +185,8 @@ class DeadLetter:
     dead_lettered_at: datetime
     reason: str
     group: str | None = None
+    attempts: tuple[Attempt, ...] = ()
+    last_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,11 +200,26 @@ class DequeueResult:
     # The queue is paused: nothing was claimed (the storage reads the queue's own row, so a
     # pause stops every API process at once).
     paused: bool = False
+    # The limit that kept this claim from more messages (SPEC §3.10): max_in_flight,
+    # rate_limit or group_rate_limit; None when none did.
+    throttled: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """What an acknowledge did: how many deliveries it removed (or completed), and whether
+    a waiting dequeue may now find something (a lane's next message, a free lease under
+    the queue's cap)."""
+
+    removed: int
+    wake: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """What a consumer presents to acknowledge one delivery."""
+    """What a consumer presents to acknowledge one delivery (with the acknowledge's
+    ``result``, kept when the queue keeps completed messages)."""
 
     message_id: UUID
     receipt_handle: str
+    result: str | None = None

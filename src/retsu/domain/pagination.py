@@ -117,3 +117,13 @@ class Page(Generic[T, P]):
 
     items: list[T]
     next: P | None
+
+
+@dataclass(frozen=True, slots=True)
+class Found(Generic[T, P]):
+    """What storage found for one page of a searched list: the items with their positions,
+    in the list's order, and — when a scan budget ended the walk before enough were found
+    (a filter no index serves) — the position to go on after."""
+
+    items: list[tuple[T, P]]
+    resume_after: P | None = None

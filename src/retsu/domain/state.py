@@ -27,6 +27,10 @@ class PriorityState:
     dead_letters: int
     oldest_ready_age_seconds: float
     oldest_in_flight_age_seconds: float
+    # Kept completed messages (SPEC §3.11) and groups with a live message (§3.10) — counted
+    # per queue; a reader may carry them on any one priority's row.
+    completed: int = 0
+    groups: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,8 @@ class QueueStats:
     delayed: int
     dead_letters: int
     oldest_ready_age_seconds: float
+    groups: int = 0
+    completed: int = 0
 
     @classmethod
     def combine(cls, priorities: list[PriorityState]) -> QueueStats:
@@ -47,6 +53,8 @@ class QueueStats:
             oldest_ready_age_seconds=max(
                 (p.oldest_ready_age_seconds for p in priorities), default=0.0
             ),
+            groups=sum(p.groups for p in priorities),
+            completed=sum(p.completed for p in priorities),
         )
 
 

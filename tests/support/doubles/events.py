@@ -20,6 +20,9 @@ class NullQueueEvents:
     def redriven(self, queue_name: str, count: int = 1) -> None:
         return None
 
+    def throttled(self, queue_name: str, reason: str) -> None:
+        return None
+
 
 class RecordingQueueEvents:
     """Counts events by (kind, queue, extra label) so tests can assert on them."""
@@ -38,3 +41,6 @@ class RecordingQueueEvents:
 
     def redriven(self, queue_name: str, count: int = 1) -> None:
         self.counts["redriven", queue_name] += count
+
+    def throttled(self, queue_name: str, reason: str) -> None:
+        self.counts["throttled", queue_name, reason] += 1

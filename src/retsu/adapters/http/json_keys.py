@@ -91,9 +91,7 @@ class KeyCheck:
             items: Sequence[Any] = held if entries.many else (held,)
             if _each_name_once(body, items, entries.fields):
                 continue
-            raw = next(
-                (raw for key, raw in members.items() if key.name == entries.name), None
-            )
+            raw = next((raw for key, raw in members.items() if key.name == entries.name), None)
             if raw is None:  # the value came from elsewhere (a default)
                 continue
             for inner in _OBJECTS.decode(raw) if entries.many else [_OBJECT.decode(raw)]:

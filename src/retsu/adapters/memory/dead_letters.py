@@ -4,24 +4,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from uuid import UUID
 
+from retsu.adapters.memory.messages import MessagesPart
 from retsu.adapters.memory.tables import (
-    MemoryTables,
-    State,
     StoredDeadLetter,
-    StoredMessage,
 )
 from retsu.domain.audit import AuditEntry
 from retsu.domain.message import (
     DeadLetter,
+    MessageToStore,
 )
-from retsu.domain.pagination import DeadLetterPosition
+from retsu.domain.pagination import DeadLetterPosition, Found
 from retsu.domain.queue import Queue
+from retsu.domain.search import EVERYTHING, Search
 
 
-class DeadLettersPart(MemoryTables):
+class DeadLettersPart(MessagesPart):
     """Implements DeadLetterRepository over the tables."""
 
     def _dead_letters_newest_first(self, queue_id: UUID) -> list[StoredDeadLetter]:
@@ -30,38 +29,50 @@ class DeadLettersPart(MemoryTables):
             records, key=lambda r: (r.record.dead_lettered_at, r.enqueue_order), reverse=True
         )
 
+    def _searched(self, queue_id: UUID, search: Search) -> list[StoredDeadLetter]:
+        """The records ``search`` admits, newest first."""
+        return [
+            r
+            for r in self._dead_letters_newest_first(queue_id)
+            if search.admits(
+                priority=r.record.priority,
+                group=r.record.group,
+                payload=r.record.payload,
+                reason=r.record.reason,
+            )
+        ]
+
     async def list_dead_letters(
-        self, queue_id: UUID, *, limit: int, after: DeadLetterPosition | None
-    ) -> list[tuple[DeadLetter, DeadLetterPosition]]:
-        records = self._dead_letters_newest_first(queue_id)
+        self,
+        queue_id: UUID,
+        *,
+        limit: int,
+        after: DeadLetterPosition | None,
+        search: Search = EVERYTHING,
+    ) -> Found[DeadLetter, DeadLetterPosition]:
+        # No scan budget here (nothing to bound in memory): a page is never cut short.
+        records = self._searched(queue_id, search)
         if after is not None:
             boundary = (after.dead_lettered_at, after.enqueue_order)
             records = [
                 r for r in records if (r.record.dead_lettered_at, r.enqueue_order) < boundary
             ]
-        return [(r.record, r.position) for r in records[:limit]]
+        return Found([(r.record, r.position) for r in records[:limit]])
 
     async def get_dead_letter(self, queue_id: UUID, message_id: UUID) -> DeadLetter | None:
         stored = self._dead_letters.get(queue_id, {}).get(message_id)
         return None if stored is None else stored.record
 
     def _redrive(self, queue: Queue, stored: StoredDeadLetter, new_id: UUID) -> None:
+        """Back onto its queue as a fresh message (attempts 0, the queue's default lifetime,
+        its priority and group), through the same path as an enqueue."""
         del self._dead_letters[queue.id][stored.record.id]
-        now = self._clock.now()
-        self._messages[queue.id][new_id] = StoredMessage(
-            id=new_id,
-            queue_id=queue.id,
-            enqueue_order=next(self._order),
-            payload=stored.record.payload,
-            priority=stored.record.priority,
-            state=State.READY,
-            enqueued_at=now,
-            expires_at=now + timedelta(seconds=queue.settings.default_message_ttl_seconds),
-            available_after=now,
-            redriven_from=stored.record.id,
-            group=stored.record.group,
+        record = stored.record
+        self._store(
+            queue,
+            [MessageToStore(new_id, record.payload, record.priority, None, 0, record.group)],
+            redriven_from=[record.id],
         )
-        self.totals[queue.id]["enqueued"] += 1
 
     async def redrive_dead_letter(
         self, queue_id: UUID, message_id: UUID, new_id: UUID, audit: AuditEntry
@@ -75,12 +86,16 @@ class DeadLettersPart(MemoryTables):
         return True
 
     async def redrive_dead_letters(
-        self, queue_id: UUID, new_ids: Sequence[UUID], audit: AuditEntry
+        self,
+        queue_id: UUID,
+        new_ids: Sequence[UUID],
+        audit: AuditEntry,
+        search: Search = EVERYTHING,
     ) -> int:
         queue = self._queues.get(queue_id)
         if queue is None:
             return 0
-        oldest_first = list(reversed(self._dead_letters_newest_first(queue_id)))
+        oldest_first = list(reversed(self._searched(queue_id, search)))
         moved = list(zip(oldest_first, new_ids, strict=False))
         for stored, new_id in moved:
             self._redrive(queue, stored, new_id)
@@ -99,3 +114,15 @@ class DeadLettersPart(MemoryTables):
         del records[message_id]
         self._write_audit(audit)
         return True
+
+    async def count_dead_letters(self, queue_id: UUID, search: Search, limit: int) -> int:
+        return min(len(self._searched(queue_id, search)), limit)
+
+    async def delete_dead_letters(
+        self, queue_id: UUID, search: Search, limit: int, audit: AuditEntry
+    ) -> int:
+        doomed = list(reversed(self._searched(queue_id, search)))[:limit]
+        for stored in doomed:
+            del self._dead_letters[queue_id][stored.record.id]
+        self._write_audit(audit.with_details(deleted=len(doomed)))
+        return len(doomed)

@@ -5,18 +5,19 @@ from __future__ import annotations
 from dataclasses import replace
 from uuid import UUID
 
+from retsu.adapters.memory.lanes import LanesPart
 from retsu.adapters.memory.tables import (
-    MemoryTables,
+    State,
 )
 from retsu.domain.audit import AuditEntry
 from retsu.domain.errors import (
     QueueAlreadyExists,
 )
 from retsu.domain.pagination import QueuePosition
-from retsu.domain.queue import Queue, QueueSettingsUpdate
+from retsu.domain.queue import KEEP, Queue, QueueSettingsUpdate
 
 
-class QueuesPart(MemoryTables):
+class QueuesPart(LanesPart):
     """Implements QueueRepository over the tables."""
 
     async def add_queue(self, queue: Queue, audit: AuditEntry) -> Queue:
@@ -39,10 +40,24 @@ class QueuesPart(MemoryTables):
         queue = self._queues.get(queue_id)
         if queue is None:
             return None
-        queue = replace(
-            queue, settings=update.apply_to(queue.settings), updated_at=self._clock.now()
-        )
+        now = self._clock.now()
+        queue = replace(queue, settings=update.apply_to(queue.settings), updated_at=now)
         self._queues[queue_id] = queue
+        # As the PostgreSQL twin: a new or changed bucket starts full; a raised
+        # group_max_in_flight gives each lane with room its next message now.
+        if update.rate_limit is not KEEP:
+            self._buckets.pop(queue_id, None)
+        if update.group_rate_limit is not KEEP:
+            for message in self._messages[queue_id].values():
+                if message.state is State.THROTTLED and message.available_after > now:
+                    message.available_after = now
+            for (owner, _), lane in self._groups.items():
+                if owner == queue_id:
+                    lane.tokens = lane.tokens_at = None
+        if update.group_max_in_flight is not KEEP:
+            for (owner, group), lane in sorted(self._groups.items()):
+                if owner == queue_id:
+                    self._promote(queue, group, lane, now)
         self._write_audit(audit)
         return queue
 
@@ -75,10 +90,17 @@ class QueuesPart(MemoryTables):
         stored = self._messages.get(queue_id)
         if stored is None:
             return None
-        purged = len(stored)
-        stored.clear()
-        self._write_audit(audit.with_details(purged=purged))
-        return purged
+        # Every live message; completed ones are not live and stay (SPEC §3.11).
+        doomed = [m for m in stored.values() if m.state is not State.COMPLETED]
+        changes = []
+        for message in doomed:
+            del stored[message.id]
+            change = self._lane_state_change(message)
+            if change is not None:
+                changes.append(change)
+        self._lanes_changed(self._queues[queue_id], changes)
+        self._write_audit(audit.with_details(purged=len(doomed)))
+        return len(doomed)
 
     async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
         queue = self._queues.pop(queue_id, None)

@@ -8,9 +8,10 @@ from uuid import UUID
 
 from retsu.adapters.memory.tables import (
     MemoryTables,
-    State,
     age,
+    logical,
 )
+from retsu.domain.browsing import BrowseState
 from retsu.domain.message import (
     Priority,
 )
@@ -42,27 +43,24 @@ class StatePart(MemoryTables):
         for queue in queues:
             messages = list(self._messages[queue.id].values())
             dead = list(self._dead_letters[queue.id].values())
+            groups = sum(
+                1 for (q, _), lane in self._groups.items() if q == queue.id and lane.live > 0
+            )
             for priority in sorted(Priority, reverse=True):
                 ready_ages, in_flight_ages = [], []
-                delayed = 0
+                delayed = completed = 0
                 for m in messages:
                     if m.priority is not priority:
                         continue
-                    lease_active = m.state is State.IN_FLIGHT and m.available_after > now
-                    unexpired = m.expires_at > now
-                    if lease_active:
-                        in_flight_ages.append(m.enqueued_at)
-                    elif m.state is State.IN_FLIGHT:
-                        if unexpired and m.delivery_attempts < queue.settings.max_delivery_attempts:
-                            ready_ages.append(m.enqueued_at)
-                    elif not unexpired:
-                        continue
-                    elif m.available_after > now:
-                        delayed += 1
-                    elif m.delivery_attempts < queue.settings.max_delivery_attempts:
+                    state = logical(m, queue.settings.max_delivery_attempts, now)
+                    if state is BrowseState.READY:
                         ready_ages.append(m.enqueued_at)
-                    # else: READY with no attempts left under a lowered limit: in none,
-                    # until a dequeue moves it to dead letters.
+                    elif state is BrowseState.IN_FLIGHT:
+                        in_flight_ages.append(m.enqueued_at)
+                    elif state is BrowseState.DELAYED:
+                        delayed += 1
+                    elif state is BrowseState.COMPLETED:
+                        completed += 1
                 states.append(
                     PriorityState(
                         queue_id=queue.id,
@@ -74,6 +72,9 @@ class StatePart(MemoryTables):
                         dead_letters=sum(1 for d in dead if d.record.priority is priority),
                         oldest_ready_age_seconds=age(now, ready_ages),
                         oldest_in_flight_age_seconds=age(now, in_flight_ages),
+                        completed=completed,
+                        # Per queue: carried on the MEDIUM row, as PostgreSQL's rollup does.
+                        groups=groups if priority is Priority.MEDIUM else 0,
                     )
                 )
         return states

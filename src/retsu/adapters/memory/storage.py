@@ -22,9 +22,9 @@ from retsu.adapters.memory.state import StatePart
 
 class MemoryStorage(
     QueuesPart,
+    DeadLettersPart,
     MessagesPart,
     BrowsingPart,
-    DeadLettersPart,
     AuditLogPart,
     MaintenancePart,
     StatePart,

@@ -15,13 +15,15 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
 from retsu.adapters.ids import uuid7
 from retsu.application.ports import Clock
+from retsu.domain.attempts import Attempt
 from retsu.domain.audit import AuditEntry, AuditRecord
+from retsu.domain.browsing import BrowseState
 from retsu.domain.consumer import ConsumerRecord
 from retsu.domain.history import HistoryPoint, Throughput
 from retsu.domain.message import DeadLetter, Priority
@@ -30,11 +32,41 @@ from retsu.domain.queue import Queue
 
 
 class State(enum.IntEnum):
-    """The physical states of migration 0005 (a delayed message is READY here, its
-    ``available_after`` in the future: the memory store has no index to keep it out of)."""
+    """The physical states of migration 0009 (an ungrouped message inside its first delay
+    is READY here, its ``available_after`` in the future: the memory store has no index to
+    keep it out of). Grouped messages take the lane states exactly as in PostgreSQL."""
 
     READY = 1
     IN_FLIGHT = 2
+    DELAYED = 3  # a group's head inside its delay
+    WAITING = 4  # a grouped message behind its group's head
+    WAITING_DELAYED = 5  # the same, its own delay still running
+    COMPLETED = 6  # acknowledged and kept (SPEC §3.11)
+    THROTTLED = 7  # a group's head parked until its group's next token
+
+
+# The physical states a lane counts as its pending head.
+PENDING = frozenset({State.READY, State.DELAYED, State.THROTTLED})
+
+
+@dataclass(slots=True)
+class StoredGroup:
+    """One lane (``queue_group``): its members by physical state, the key of its last
+    delivery (fair service) and its token bucket (``tokens`` None: full)."""
+
+    leased: int = 0
+    pending: int = 0
+    waiting: int = 0
+    waiting_delayed: int = 0
+    head_key: int = 0
+    last_delivery_key: int = 0
+    last_delivered_at: datetime | None = None
+    tokens: float | None = None
+    tokens_at: datetime | None = None
+
+    @property
+    def live(self) -> int:
+        return self.leased + self.pending + self.waiting + self.waiting_delayed
 
 
 @dataclass(slots=True)
@@ -54,6 +86,15 @@ class StoredMessage:
     redriven_from: UUID | None = None
     group: str | None = None
     schedule_id: UUID | None = None
+    # The claim order key of a group's head (None: its enqueue order).
+    wait_key: int | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    completed_at: datetime | None = None
+    result: str | None = None
+
+    @property
+    def key(self) -> int:
+        return self.enqueue_order if self.wait_key is None else self.wait_key
 
 
 @dataclass(slots=True)
@@ -81,6 +122,24 @@ class Snapshot:
     totals: Throughput
 
 
+def logical(message: StoredMessage, max_attempts: int, now: datetime) -> BrowseState | None:
+    """A message's logical state (SPEC §3.2, §3.11), as ``retsu_message_state`` decides it:
+    waiting and parked grouped messages are ready; None: in no state."""
+    state = message.state
+    if state is State.COMPLETED:
+        return BrowseState.COMPLETED
+    if state is State.IN_FLIGHT and message.available_after > now:
+        return BrowseState.IN_FLIGHT
+    if (
+        state in (State.READY, State.DELAYED, State.WAITING_DELAYED)
+        and message.available_after > now
+    ):
+        return BrowseState.DELAYED
+    if message.expires_at <= now or message.delivery_attempts >= max_attempts:
+        return None
+    return BrowseState.READY
+
+
 def age(now: datetime, moments: list[datetime]) -> float:
     return (now - min(moments)).total_seconds() if moments else 0.0
 
@@ -101,6 +160,9 @@ class MemoryTables:
         self.totals: defaultdict[UUID, Counter[str]] = defaultdict(Counter)
         self._consumers: dict[tuple[UUID, str], ConsumerRecord] = {}
         self._history: defaultdict[UUID, list[Snapshot]] = defaultdict(list)
+        # Lanes by (queue, group), and each rate-limited queue's bucket (tokens, at).
+        self._groups: dict[tuple[UUID, str], StoredGroup] = {}
+        self._buckets: dict[UUID, tuple[float, datetime]] = {}
 
     def _write_audit(self, entry: AuditEntry) -> None:
         record = AuditRecord(
@@ -123,6 +185,9 @@ class MemoryTables:
             del self._idempotency_keys[key]
         self.totals.pop(queue_id, None)
         self._history.pop(queue_id, None)
+        self._buckets.pop(queue_id, None)
+        for key in [k for k in self._groups if k[0] == queue_id]:
+            del self._groups[key]
         for key in [k for k in self._consumers if k[0] == queue_id]:
             del self._consumers[key]
 

@@ -17,11 +17,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
+
 from retsu.adapters.postgres.tables import MessageState
 
 READY = int(MessageState.READY)
 IN_FLIGHT = int(MessageState.IN_FLIGHT)
 DELAYED = int(MessageState.DELAYED)
+COMPLETED = int(MessageState.COMPLETED)
+THROTTLED = int(MessageState.THROTTLED)
+# The physical states each counter counts (migration 0009): a waiting or parked grouped
+# message counts as ready, a waiting one whose delay runs as delayed.
+COUNTED_READY = f"({READY}, {int(MessageState.WAITING)}, {int(MessageState.THROTTLED)})"
+COUNTED_DELAYED = f"({DELAYED}, {int(MessageState.WAITING_DELAYED)})"
 
 
 def uncount_messages(removed: str, *, name: str = "uncounted", expired: bool = False) -> str:
@@ -31,12 +39,13 @@ def uncount_messages(removed: str, *, name: str = "uncounted", expired: bool = F
     return f"""{name} AS (
         UPDATE queue_state_rollup AS c
         SET ready = c.ready - d.ready, in_flight = c.in_flight - d.in_flight,
-            delayed = c.delayed - d.delayed{also}
+            delayed = c.delayed - d.delayed, completed = c.completed - d.completed{also}
         FROM (
             SELECT r.queue_id, r.priority, retsu_shard(r.id) AS shard,
-                   count(*) FILTER (WHERE r.state = {READY}) AS ready,
+                   count(*) FILTER (WHERE r.state IN {COUNTED_READY}) AS ready,
                    count(*) FILTER (WHERE r.state = {IN_FLIGHT}) AS in_flight,
-                   count(*) FILTER (WHERE r.state = {DELAYED}) AS delayed,
+                   count(*) FILTER (WHERE r.state IN {COUNTED_DELAYED}) AS delayed,
+                   count(*) FILTER (WHERE r.state = {COMPLETED}) AS completed,
                    count(*) AS n
             FROM {removed} AS r
             GROUP BY 1, 2, 3
@@ -128,21 +137,27 @@ COUNT_NEW_READY = """
 # state on the row they finally lock, so their own counter updates never meet this.)
 REMOVED_BY_COUNTER = f"""
     SELECT r.priority, retsu_shard(r.id) AS shard,
-           count(*) FILTER (WHERE r.state = {READY}) AS ready,
+           count(*) FILTER (WHERE r.state IN {COUNTED_READY}) AS ready,
            count(*) FILTER (WHERE r.state = {IN_FLIGHT}) AS in_flight,
-           count(*) FILTER (WHERE r.state = {DELAYED}) AS delayed
+           count(*) FILTER (WHERE r.state IN {COUNTED_DELAYED}) AS delayed,
+           count(*) FILTER (WHERE r.state = {COMPLETED}) AS completed,
+           array_agg(r.group_key) FILTER (
+               WHERE r.group_key IS NOT NULL AND r.state <> {COMPLETED}) AS groups,
+           array_agg(r.state) FILTER (
+               WHERE r.group_key IS NOT NULL AND r.state <> {COMPLETED}) AS group_states
     FROM removed AS r
     GROUP BY 1, 2
 """
 UNCOUNT_REMOVED = """
     UPDATE queue_state_rollup AS c
     SET ready = c.ready - d.ready, in_flight = c.in_flight - d.in_flight,
-        delayed = c.delayed - d.delayed
+        delayed = c.delayed - d.delayed, completed = c.completed - d.completed
     FROM (
         SELECT * FROM unnest(
             CAST(:priorities AS smallint[]), CAST(:shards AS smallint[]),
-            CAST(:ready AS bigint[]), CAST(:in_flight AS bigint[]), CAST(:delayed AS bigint[])
-        ) AS u(priority, shard, ready, in_flight, delayed)
+            CAST(:ready AS bigint[]), CAST(:in_flight AS bigint[]), CAST(:delayed AS bigint[]),
+            CAST(:completed AS bigint[])
+        ) AS u(priority, shard, ready, in_flight, delayed, completed)
         ORDER BY 1, 2
     ) AS d
     WHERE c.queue_id = :queue_id AND c.priority = d.priority AND c.shard = d.shard
@@ -158,4 +173,40 @@ def uncount_parameters(queue_id: object, rows: list[Any]) -> dict[str, object]:
         "ready": [row.ready for row in rows],
         "in_flight": [row.in_flight for row in rows],
         "delayed": [row.delayed for row in rows],
+        "completed": [row.completed for row in rows],
+    }
+
+
+# Lane changes of grouped messages that left their lanes (SPEC §3.10): one call of
+# ``retsu_group_apply`` (migration 0009) promotes each lane's next message. In the same
+# transaction as the removal, after it and before the counters (every writer's lock order).
+GROUPS_LEFT = sa.text(
+    "SELECT retsu_group_apply(CAST(:queue_id AS uuid), CAST(:groups AS text[]), "
+    "CAST(:leased AS integer[]), CAST(:pending AS integer[]), CAST(:waiting AS integer[]), "
+    "CAST(:waiting_delayed AS integer[]))"
+)
+_PENDING = (
+    int(MessageState.READY),
+    int(MessageState.DELAYED),
+    int(MessageState.THROTTLED),
+)
+
+
+def groups_left_parameters(queue_id: object, rows: list[Any]) -> dict[str, object] | None:
+    """``GROUPS_LEFT``'s parameters from ``REMOVED_BY_COUNTER``'s rows, or None when no
+    grouped message was removed."""
+    groups: list[str] = []
+    states: list[int] = []
+    for row in rows:
+        groups += row.groups or []
+        states += row.group_states or []
+    if not groups:
+        return None
+    return {
+        "queue_id": queue_id,
+        "groups": groups,
+        "leased": [-int(s == IN_FLIGHT) for s in states],
+        "pending": [-int(s in _PENDING) for s in states],
+        "waiting": [-int(s == int(MessageState.WAITING)) for s in states],
+        "waiting_delayed": [-int(s == int(MessageState.WAITING_DELAYED)) for s in states],
     }

@@ -34,6 +34,7 @@ from retsu.domain.errors import IdempotencyKeyConflict, InvalidInput, QueueNotFo
 from retsu.domain.idempotency import IDEMPOTENCY_KEY_RETENTION_SECONDS, IdempotentEnqueued
 from retsu.domain.message import (
     REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
+    Acknowledged,
     DeliveredMessage,
     DequeueResult,
     MessageToStore,
@@ -52,14 +53,17 @@ _ENQUEUE = sa.text(
     ":queue_id, :ids, :payloads, :priorities, :ttls, :delays, :groups, :schedule_ids)"
 )
 _DEQUEUE = sa.text(
-    "SELECT * FROM retsu_dequeue(:queue_id, :limit, :visibility_timeout, :elapsed_batch, :reason)"
+    "SELECT * FROM retsu_dequeue("
+    ":queue_id, :limit, :visibility_timeout, :elapsed_batch, :reason, :consumer)"
 )
 _ACKNOWLEDGE = sa.text(
-    "SELECT queue_found, removed FROM retsu_acknowledge(:queue_id, :ids, :handles)"
+    "SELECT queue_found, removed, wake FROM retsu_acknowledge(:queue_id, :ids, :handles, :results)"
 )
 _CHANGE_VISIBILITY = sa.text(
-    "SELECT queue_found, changed FROM retsu_change_visibility(:queue_id, :id, :handle, :timeout)"
+    "SELECT queue_found, changed "
+    "FROM retsu_change_visibility(:queue_id, :id, :handle, :timeout, :error)"
 )
+_UNCLAIM = sa.text("SELECT retsu_unclaim(:queue_id, :ids, :handles) AS taken")
 
 # Idempotent enqueue, in one transaction: claim the key (a new row, or one older than the
 # retention the cleaner has not removed yet), then, only if claimed, store the message.
@@ -93,6 +97,7 @@ _HOT_ENQUEUE = HotStatement(_ENQUEUE, operation="enqueue")
 _HOT_DEQUEUE = HotStatement(_DEQUEUE, operation="dequeue")
 _HOT_ACKNOWLEDGE = HotStatement(_ACKNOWLEDGE, operation="acknowledge")
 _HOT_CHANGE_VISIBILITY = HotStatement(_CHANGE_VISIBILITY, operation="change_visibility")
+_HOT_UNCLAIM = HotStatement(_UNCLAIM, operation="unclaim")
 
 # Never a receipt handle Retsu hands out (they are random v4 UUIDs).
 _NO_HANDLE = UUID(int=0)
@@ -128,6 +133,7 @@ class PostgresMessages:
         limit: int,
         visibility_timeout_seconds: int | None,
         dead_letter_batch_size: int,
+        consumer: str | None = None,
     ) -> DequeueResult:
         parameters = {
             "queue_id": queue_id,
@@ -135,12 +141,13 @@ class PostgresMessages:
             "visibility_timeout": visibility_timeout_seconds,
             "elapsed_batch": dead_letter_batch_size,
             "reason": REASON_MAX_DELIVERY_ATTEMPTS_EXHAUSTED,
+            "consumer": consumer,
         }
         rows = await self._database.hot(_HOT_DEQUEUE, parameters, repeatable=True)
         last = rows[-1]  # the totals
         if not last["queue_found"]:
             raise QueueNotFound(queue_id)
-        claimed = sorted(rows[:-1], key=lambda row: (-row["priority"], row["enqueue_order"]))
+        # Rows come in delivery order (the function claims in it).
         return DequeueResult(
             messages=[
                 DeliveredMessage(
@@ -150,12 +157,14 @@ class PostgresMessages:
                     receipt_handle=str(row["receipt_handle"]),
                     delivery_attempts=row["delivery_attempts"],
                     enqueued_at=row["enqueued_at"],
+                    group=row["group_key"],
                 )
-                for row in claimed
+                for row in rows[:-1]
             ],
             dead_lettered=int(last["dead_lettered"]),
             next_available_in_seconds=last["next_available_in"],
             paused=bool(last["paused"]),
+            throttled=last["throttled"],
         )
 
     async def enqueue_idempotent(
@@ -218,7 +227,11 @@ class PostgresMessages:
         return await self._database.read(read, operation="queue_exists")
 
     async def change_visibility(
-        self, queue_id: UUID, receipt: Receipt, visibility_timeout_seconds: int
+        self,
+        queue_id: UUID,
+        receipt: Receipt,
+        visibility_timeout_seconds: int,
+        error: str | None = None,
     ) -> bool:
         # A handle that is not even a UUID is simply not the current delivery; the
         # statement still runs (matching nothing) so a missing queue is reported.
@@ -228,25 +241,42 @@ class PostgresMessages:
             "id": receipt.message_id,
             "handle": handle,
             "timeout": visibility_timeout_seconds,
+            "error": error,
         }
         (row,) = await self._database.hot(_HOT_CHANGE_VISIBILITY, parameters, repeatable=True)
         if not row["queue_found"]:
             raise QueueNotFound(queue_id)
         return int(row["changed"]) == 1
 
-    async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
-        ids: list[UUID] = []
-        handles: list[UUID] = []
-        for receipt in receipts:
-            handle = parse_receipt_handle(receipt.receipt_handle)
-            if handle is not None:  # a handle that is not even a UUID is simply stale
-                ids.append(receipt.message_id)
-                handles.append(handle)
-        parameters = {"queue_id": queue_id, "ids": ids, "handles": handles}
+    async def acknowledge(self, queue_id: UUID, receipts: Sequence[Receipt]) -> Acknowledged:
+        ids, handles, results = _receipts(receipts)
+        parameters = {"queue_id": queue_id, "ids": ids, "handles": handles, "results": results}
         (row,) = await self._database.hot(_HOT_ACKNOWLEDGE, parameters, repeatable=True)
         if not row["queue_found"]:
             raise QueueNotFound(queue_id)
-        return int(row["removed"])
+        return Acknowledged(removed=int(row["removed"]), wake=bool(row["wake"]))
+
+    async def unclaim(self, queue_id: UUID, receipts: Sequence[Receipt]) -> int:
+        # Repeatable: a second run finds no current delivery left to take back.
+        ids, handles, _ = _receipts(receipts)
+        parameters = {"queue_id": queue_id, "ids": ids, "handles": handles}
+        (row,) = await self._database.hot(_HOT_UNCLAIM, parameters, repeatable=True)
+        return int(row["taken"])
+
+
+def _receipts(receipts: Sequence[Receipt]) -> tuple[list[UUID], list[UUID], list[str | None]]:
+    """Ids, handles and results of receipts; a handle that is not even a UUID is simply
+    stale (left out)."""
+    ids: list[UUID] = []
+    handles: list[UUID] = []
+    results: list[str | None] = []
+    for receipt in receipts:
+        handle = parse_receipt_handle(receipt.receipt_handle)
+        if handle is not None:
+            ids.append(receipt.message_id)
+            handles.append(handle)
+            results.append(receipt.result)
+    return ids, handles, results
 
 
 def _check_enqueued(queue_id: UUID, queue_found: bool, invalid_delay_at: int | None) -> None:

@@ -8,6 +8,7 @@ write a second audit row, or answer queue_already_exists for the caller's own qu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -17,13 +18,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from retsu.adapters.postgres.audit_log import audit_insert
 from retsu.adapters.postgres.counters import (
+    COMPLETED,
+    GROUPS_LEFT,
     REMOVED_BY_COUNTER,
     UNCOUNT_REMOVED,
+    groups_left_parameters,
     uncount_parameters,
 )
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.errors import UNIQUE_VIOLATION, sqlstate
 from retsu.adapters.postgres.tables import (
+    MessageState,
     idempotency_key,
     queue,
     queue_dead_letter_message,
@@ -32,7 +37,7 @@ from retsu.adapters.postgres.tables import (
 from retsu.domain.audit import AuditEntry
 from retsu.domain.errors import QueueAlreadyExists
 from retsu.domain.pagination import QueuePosition
-from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate, RateLimit
+from retsu.domain.queue import KEEP, Queue, QueueSettings, QueueSettingsUpdate, RateLimit
 
 # Operator bulk changes (purge, delete, redrives) give way to message traffic this many
 # times before answering 503 busy (see Database.yielding): about 4 s in all (each try waits
@@ -42,19 +47,54 @@ OPERATOR_ATTEMPTS = 10
 
 _DELETE_ROLLUP = sa.text("DELETE FROM queue_state_rollup WHERE queue_id = :queue_id")
 
-# Purge: every live message of the queue; what was removed (not zero: an enqueue that
-# commits meanwhile keeps its count) then comes off the counters (counters.py says why in a
-# second statement).
+# Purge: every live message of the queue (completed ones are history and stay: SPEC §3.11);
+# what was removed (not zero: an enqueue that commits meanwhile keeps its count) leaves its
+# lanes, then comes off the counters (counters.py says why in separate statements).
 _PURGE = sa.text(
     f"""
     WITH removed AS (
-        DELETE FROM queue_message WHERE queue_id = :queue_id
-        RETURNING id, priority, state
+        DELETE FROM queue_message WHERE queue_id = :queue_id AND state <> {COMPLETED}
+        RETURNING id, priority, state, group_key
     )
     {REMOVED_BY_COUNTER}
     """
 )
 _UNCOUNT = sa.text(UNCOUNT_REMOVED)
+
+
+# What a settings change does beyond the row (SPEC §3.10), in the same transaction, in
+# every writer's lock order (message rows, group rows, counter rows):
+# A new or changed bucket starts full: the queue's is made again by the next claim, the
+# groups' read as full, and heads parked for a token are due at once.
+_REFILL_QUEUE_BUCKET = sa.text("DELETE FROM queue_rate_bucket WHERE queue_id = :queue_id")
+_UNPARK_HEADS = sa.text(
+    f"""
+    UPDATE queue_message SET available_after = now()
+    WHERE queue_id = :queue_id AND state = {int(MessageState.THROTTLED)}
+      AND available_after > now()
+    """
+)
+_REFILL_GROUP_BUCKETS = sa.text(
+    "UPDATE queue_group SET tokens = NULL, tokens_at = NULL "
+    "WHERE queue_id = :queue_id AND tokens IS NOT NULL"
+)
+# A raised group_max_in_flight: each lane with room and no pending head gets its next
+# message now (lanes otherwise move only when one of their messages does).
+_PROMOTE_WAITING = sa.text(
+    """
+    WITH stuck AS (
+        SELECT array_agg(g.group_key ORDER BY g.group_key) AS groups
+        FROM queue_group AS g JOIN queue AS q ON q.id = g.queue_id
+        WHERE g.queue_id = :queue_id AND g.pending = 0
+          AND g.waiting + g.waiting_delayed > 0 AND g.leased < q.group_max_in_flight
+    )
+    SELECT retsu_group_apply(
+        CAST(:queue_id AS uuid), s.groups, array_fill(0, ARRAY[cardinality(s.groups)]),
+        array_fill(0, ARRAY[cardinality(s.groups)]), array_fill(0, ARRAY[cardinality(s.groups)]),
+        array_fill(0, ARRAY[cardinality(s.groups)]))
+    FROM stuck AS s WHERE s.groups IS NOT NULL
+    """
+)
 
 
 def _rate(per_second: float | None, burst: int | None) -> RateLimit | None:
@@ -144,7 +184,16 @@ class PostgresQueues:
         self, queue_id: UUID, update: QueueSettingsUpdate, audit: AuditEntry
     ) -> Queue | None:
         values: dict[str, Any] = {"updated_at": sa.func.now(), **settings_columns(update)}
-        return await self._change_queue(queue_id, values, audit, operation="update_queue")
+        after: list[sa.TextClause] = []
+        if update.rate_limit is not KEEP:
+            after.append(_REFILL_QUEUE_BUCKET)
+        if update.group_rate_limit is not KEEP:
+            after += [_UNPARK_HEADS, _REFILL_GROUP_BUCKETS]
+        if update.group_max_in_flight is not KEEP:
+            after.append(_PROMOTE_WAITING)
+        return await self._change_queue(
+            queue_id, values, audit, operation="update_queue", after=after
+        )
 
     async def set_paused(self, queue_id: UUID, paused: bool, audit: AuditEntry) -> Queue | None:
         return await self._change_queue(
@@ -152,7 +201,13 @@ class PostgresQueues:
         )
 
     async def _change_queue(
-        self, queue_id: UUID, values: dict[str, Any], audit: AuditEntry, *, operation: str
+        self,
+        queue_id: UUID,
+        values: dict[str, Any],
+        audit: AuditEntry,
+        *,
+        operation: str,
+        after: Sequence[sa.TextClause] = (),
     ) -> Queue | None:
         statement = (
             sa.update(queue).where(queue.c.id == queue_id).values(**values).returning(*queue.c)
@@ -161,6 +216,8 @@ class PostgresQueues:
         async def change(connection: AsyncConnection) -> Any:
             row = (await connection.execute(statement)).one_or_none()
             if row is not None:
+                for then in after:
+                    await connection.execute(then, {"queue_id": queue_id})
                 await connection.execute(audit_insert(audit))
             return row
 
@@ -191,9 +248,12 @@ class PostgresQueues:
             )
             if exists.one_or_none() is None:
                 return None
-            removed = (await connection.execute(_PURGE, {"queue_id": queue_id})).all()
+            removed = list((await connection.execute(_PURGE, {"queue_id": queue_id})).all())
             if removed:
-                await connection.execute(_UNCOUNT, uncount_parameters(queue_id, list(removed)))
+                lanes = groups_left_parameters(queue_id, removed)
+                if lanes is not None:
+                    await connection.execute(GROUPS_LEFT, lanes)
+                await connection.execute(_UNCOUNT, uncount_parameters(queue_id, removed))
             purged = sum(int(row.ready + row.in_flight + row.delayed) for row in removed)
             await connection.execute(audit_insert(audit.with_details(purged=purged)))
             return purged

@@ -1,11 +1,12 @@
 """Reading exact queue state: the rollup plus index-bounded time corrections.
 
-The counting is the server-side function ``retsu_queue_state`` (migration 0005): the
-rollup's physical counts corrected, through one index each, for what time changed
-without a write (expired READY rows, READY rows a lowered attempts limit left with none,
-ended leases, ended delays). No part reads the backlog itself; its cost grows with the
-number of queues and of rows in transition, not with the number of messages stored.
-"""
+The counting is the server-side function ``retsu_queue_state`` (migrations 0005, 0009): the
+rollup's physical counts corrected, through one index each, for what time changed without a
+write (expired READY rows, READY rows a lowered attempts limit left with none, ended leases,
+ended delays), plus the kept completed messages and the groups with a live message
+(migration 0009; counted on one priority's row of each queue). No part reads the backlog
+itself; its cost grows with the number of queues and of rows in transition, not with the
+number of messages stored."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def _rows_to_state(rows: Sequence[Any]) -> list[PriorityState]:
             dead_letters=int(row.dead_letters),
             oldest_ready_age_seconds=max(float(row.oldest_ready_age_seconds), 0.0),
             oldest_in_flight_age_seconds=max(float(row.oldest_in_flight_age_seconds), 0.0),
+            completed=int(row.completed),
+            groups=int(row.groups),
         )
         for row in rows
     ]

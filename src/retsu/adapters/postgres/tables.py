@@ -20,6 +20,10 @@ class MessageState(enum.IntEnum):
     READY = 1
     IN_FLIGHT = 2
     DELAYED = 3  # never delivered, inside its delay (migration 0005)
+    WAITING = 4  # grouped, behind its group's head (migration 0009)
+    WAITING_DELAYED = 5  # the same, its own delay still running
+    COMPLETED = 6  # acknowledged and kept (SPEC §3.11)
+    THROTTLED = 7  # a group's head parked until its group's next token
 
 
 queue = sa.Table(
@@ -60,6 +64,10 @@ queue_message = sa.Table(
     sa.Column("redriven_from", pg.UUID(as_uuid=True)),
     sa.Column("group_key", sa.Text),
     sa.Column("schedule_id", pg.UUID(as_uuid=True)),
+    sa.Column("wait_key", sa.BigInteger),
+    sa.Column("attempts", pg.JSONB),
+    sa.Column("completed_at", sa.DateTime(timezone=True)),
+    sa.Column("result", sa.Text),
 )
 
 queue_dead_letter_message = sa.Table(
@@ -76,6 +84,8 @@ queue_dead_letter_message = sa.Table(
     sa.Column("dead_lettered_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("group_key", sa.Text),
+    sa.Column("attempts", pg.JSONB),
+    sa.Column("last_error", sa.Text),
 )
 
 idempotency_key = sa.Table(

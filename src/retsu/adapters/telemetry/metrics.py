@@ -167,6 +167,12 @@ class Metrics:
             ("queue_name",),
             registry=r,
         )
+        self._deliveries_throttled = Counter(
+            "queue_deliveries_throttled",
+            "Dequeues that got fewer messages than they could have because of a limit.",
+            ("queue_name", "reason"),
+            registry=r,
+        )
 
         # -- database ----------------------------------------------------------
         self._db_pool_acquire = Histogram(
@@ -307,6 +313,10 @@ class Metrics:
 
     def redriven(self, queue_name: str, count: int = 1) -> None:
         self._messages_redriven.labels(self.queue_label(queue_name)).inc(count)
+
+    def throttled(self, queue_name: str, reason: str) -> None:
+        """``reason``: max_in_flight, rate_limit or group_rate_limit (a fixed set)."""
+        self._deliveries_throttled.labels(self.queue_label(queue_name), reason).inc()
 
     # -- consumer tracking (the ConsumerEvents port) ------------------------------
 

@@ -548,9 +548,11 @@ async def redrive_many(
                 f"limit must be a whole number from {REDRIVE_LIMIT.low} to {REDRIVE_LIMIT.high}.",
                 code=REDRIVE_LIMIT.code,
             )
-        redriven = await dead_letters.redrive_many(
-            RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller_of(request))
-        )
+        redriven = (
+            await dead_letters.redrive_many(
+                RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller_of(request))
+            )
+        ).count
     except InvalidInput as error:
         return await _dead_letters_page(
             ctx,

@@ -97,7 +97,7 @@ async def redrive_many(
     redriven = await dead_letters.redrive_many(
         RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller_of(request))
     )
-    return RedrivenOut(redriven=redriven)
+    return RedrivenOut(redriven=redriven.count)
 
 
 @delete(
