@@ -27,6 +27,7 @@ from retsu.domain.history import HistoryPoint, Throughput
 from retsu.domain.message import DeadLetter, Priority
 from retsu.domain.pagination import DeadLetterPosition
 from retsu.domain.queue import Queue
+from retsu.domain.schedule import Schedule
 
 
 class State(enum.IntEnum):
@@ -101,6 +102,8 @@ class MemoryTables:
         self.totals: defaultdict[UUID, Counter[str]] = defaultdict(Counter)
         self._consumers: dict[tuple[UUID, str], ConsumerRecord] = {}
         self._history: defaultdict[UUID, list[Snapshot]] = defaultdict(list)
+        # Schedules by id (SPEC §3.12; ``schedules.py``).
+        self._schedules: dict[UUID, Schedule] = {}
 
     def _write_audit(self, entry: AuditEntry) -> None:
         record = AuditRecord(
@@ -125,6 +128,8 @@ class MemoryTables:
         self._history.pop(queue_id, None)
         for key in [k for k in self._consumers if k[0] == queue_id]:
             del self._consumers[key]
+        for schedule_id in [k for k, s in self._schedules.items() if s.queue_id == queue_id]:
+            del self._schedules[schedule_id]
 
     # -- inspection helpers (tests and the client's testing helper) ----------------
 
