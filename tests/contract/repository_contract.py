@@ -52,6 +52,7 @@ from retsu.domain.pagination import AuditPosition, QueuePosition
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 from retsu.domain.state import PriorityState
 from tests.contract.observed_contract import ObservedContract
+from tests.contract.schedule_contract import ScheduleContract
 
 # Slack for adapters whose clock keeps running while a test runs (PostgreSQL's now()).
 CLOCK_SLACK = timedelta(seconds=5)
@@ -459,9 +460,9 @@ class MessageBrowsingContract:
         assert latest.details["redriven"] == 2
 
 
-class RepositoryContract(MessageBrowsingContract, ObservedContract):
+class RepositoryContract(MessageBrowsingContract, ObservedContract, ScheduleContract):
     """The behaviour every repository adapter must share (consumers and history:
-    ``observed_contract.py``)."""
+    ``observed_contract.py``; schedules: ``schedule_contract.py``)."""
 
     KNOWN_GAPS: ClassVar[dict[str, str]] = {}
 

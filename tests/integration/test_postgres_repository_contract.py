@@ -68,6 +68,17 @@ _SHIFT_HISTORY = sa.text(
     WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
     """
 )
+_SHIFT_SCHEDULES = sa.text(
+    """
+    UPDATE queue_schedule
+    SET next_run_at = next_run_at - make_interval(secs => :seconds),
+        last_run_at = last_run_at - make_interval(secs => :seconds),
+        created_at = created_at - make_interval(secs => :seconds),
+        updated_at = updated_at - make_interval(secs => :seconds)
+    WHERE queue_id = ANY(CAST(:queue_ids AS uuid[]))
+    """
+)
+_REWIND_SCHEDULE = sa.text("UPDATE queue_schedule SET next_run_at = :at WHERE id = :id")
 _DEAD_LETTERS = sa.text(
     """
     SELECT id, queue_id, payload, priority, delivery_attempts, enqueued_at,
@@ -106,6 +117,11 @@ class PostgresHarness(PostgresStorage):
             await connection.execute(_SHIFT_DEAD_LETTERS, parameters)
             await connection.execute(_SHIFT_IDEMPOTENCY_KEYS, parameters)
             await connection.execute(_SHIFT_HISTORY, parameters)
+            await connection.execute(_SHIFT_SCHEDULES, parameters)
+
+    async def rewind_schedule(self, schedule_id: UUID, next_run_at: datetime) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(_REWIND_SCHEDULE, {"id": schedule_id, "at": next_run_at})
 
     async def now(self) -> datetime:
         async with self.engine.connect() as connection:

@@ -59,7 +59,7 @@ _SHOW = sa.text(
     """
     SELECT m.id, m.payload, m.priority, m.delivery_attempts, m.enqueued_at, m.expires_at,
            m.available_after AS available_at, m.last_delivered_at, m.redriven_from,
-           m.enqueue_order,
+           m.enqueue_order, m.group_key, m.schedule_id,
            retsu_message_state(m.state, m.available_after, m.expires_at, m.delivery_attempts,
                                q.max_delivery_attempts) AS state
     FROM queue AS q
@@ -83,8 +83,15 @@ _DELETE = sa.text(
 )
 _UNCOUNT = sa.text(UNCOUNT_REMOVED)
 
+# What retsu_browse_messages (migration 0006) does not return yet: each listed message's
+# group and schedule (SPEC §3.10, §3.12), read by primary key for the page's ids.
+_EXTRAS = sa.text(
+    "SELECT id, group_key, schedule_id FROM queue_message WHERE id = ANY(CAST(:ids AS uuid[]))"
+)
 
-def _message(row: Any) -> StoredMessage:
+
+def _message(row: Any, extras: Any = None) -> StoredMessage:
+    extras = row if extras is None else extras
     return StoredMessage(
         id=row.id,
         payload=row.payload,
@@ -97,7 +104,13 @@ def _message(row: Any) -> StoredMessage:
         last_delivered_at=row.last_delivered_at,
         redriven_from=row.redriven_from,
         enqueue_order=row.enqueue_order,
+        group=None if extras is _GONE else extras.group_key,
+        schedule_id=None if extras is _GONE else extras.schedule_id,
     )
+
+
+# A listed message acknowledged between the two reads of its page: shown without extras.
+_GONE = object()
 
 
 class PostgresMessageBrowser:
@@ -128,10 +141,13 @@ class PostgresMessageBrowser:
             "after_order": None if after is None else after.enqueue_order,
         }
 
-        async def read(connection: AsyncConnection) -> list[Any]:
-            return list((await connection.execute(_BROWSE, parameters)).all())
+        async def read(connection: AsyncConnection) -> tuple[list[Any], dict[Any, Any]]:
+            rows = list((await connection.execute(_BROWSE, parameters)).all())
+            ids = [row.id for row in rows[:-1]]
+            extras = (await connection.execute(_EXTRAS, {"ids": ids})).all() if ids else []
+            return rows, {row.id: row for row in extras}
 
-        rows = await self._database.read(read, operation="list_messages")
+        rows, extras = await self._database.read(read, operation="list_messages")
         last = rows[-1]
         if not last.queue_found:
             raise QueueNotFound(queue_id)
@@ -144,7 +160,7 @@ class PostgresMessageBrowser:
                 if state in (BrowseState.IN_FLIGHT, BrowseState.DELAYED)
                 else None,
             )
-        return MessageBatch([_message(row) for row in rows[:-1]], resume)
+        return MessageBatch([_message(row, extras.get(row.id, _GONE)) for row in rows[:-1]], resume)
 
     async def get_message(self, queue_id: UUID, message_id: UUID) -> StoredMessage | None:
         parameters = {"queue_id": queue_id, "message_id": message_id}
