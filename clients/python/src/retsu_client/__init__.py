@@ -28,6 +28,8 @@ from retsu_client.errors import (
     QueueAlreadyExists,
     QueueNotFound,
     RetsuError,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     ServerError,
     ServiceUnavailable,
     StaleReceiptHandle,
@@ -50,6 +52,8 @@ from retsu_client.models import (
     Queue,
     QueueDetails,
     QueueStats,
+    Schedule,
+    ScheduleMessage,
     StoredMessage,
 )
 from retsu_client.retry import RetryPolicy
@@ -90,6 +94,10 @@ __all__ = [
     "RetryLater",
     "RetryPolicy",
     "RetsuError",
+    "Schedule",
+    "ScheduleAlreadyExists",
+    "ScheduleMessage",
+    "ScheduleNotFound",
     "ServerError",
     "ServiceUnavailable",
     "StaleReceiptHandle",
