@@ -221,6 +221,24 @@ async def test_a_runner_dying_inside_its_transaction_leaves_the_due_time_to_anot
             victim.terminate()
 
 
+async def test_a_run_wakes_the_long_polls_of_its_queue_when_it_commits(
+    database: str, engine: AsyncEngine
+) -> None:
+    storage = PostgresStorage(engine)
+    queue = await make_queue(storage)
+    await make_schedule(storage, queue, 3600, "hourly")
+    listener = await asyncpg.connect(plain_url(database))
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    try:
+        await listener.add_listener("retsu_messages", lambda *args: heard.put_nowait(args[3]))
+        await listener.execute("UPDATE queue_schedule SET next_run_at = now()")
+        run = (await PostgresSchedules(Database(engine)).run_due_schedule()).run
+        assert run is not None
+        assert await asyncio.wait_for(heard.get(), 5) == f"{queue.id}:messages"
+    finally:
+        await listener.close()
+
+
 # -- real processes ------------------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ from retsu.adapters.cron import CRON_CALENDAR
 from retsu.adapters.postgres.audit_log import audit_insert
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.errors import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, sqlstate
+from retsu.adapters.postgres.notifications import CHANNEL, MESSAGES_SUFFIX
 from retsu.adapters.postgres.tables import queue_schedule
 from retsu.domain.audit import AuditEntry
 from retsu.domain.errors import QueueNotFound
@@ -84,6 +85,11 @@ _ENQUEUE = sa.text(
     "ARRAY[CAST(:priority AS smallint)], ARRAY[CAST(:ttl AS integer)], ARRAY[0], "
     "ARRAY[CAST(:group AS text)], ARRAY[CAST(:schedule_id AS uuid)])"
 )
+# Wakes the long polls waiting on the queue, in every API process, when (and only if) the
+# run commits. Inside the transaction, unlike the API's enqueues (notifications.py says
+# why they batch theirs apart): a schedule's runs are few, and the scheduler has no
+# LISTEN connection of its own to send them on.
+_ANNOUNCE = sa.text("SELECT pg_notify(:channel, :payload)")
 _ADVANCE = sa.text(
     "UPDATE queue_schedule SET last_run_at = :ran_at, next_run_at = :next_run_at WHERE id = :id"
 )
@@ -301,6 +307,9 @@ class PostgresSchedules:
                 if sqlstate(error) != UNIQUE_VIOLATION:
                     raise
                 enqueued = False  # this due time's message is stored already
+            if enqueued:
+                payload = f"{schedule.queue_id}{MESSAGES_SUFFIX}"
+                await connection.execute(_ANNOUNCE, {"channel": CHANNEL, "payload": payload})
             await connection.execute(
                 _ADVANCE, {"id": schedule.id, "ran_at": now, "next_run_at": next_run_at}
             )
