@@ -411,3 +411,45 @@ async def test_consumers_and_charts(page: Driver, server: ConsoleServer, queues:
     page.get(server.url("/console/"))
     assert page.find_elements(By.CSS_SELECTOR, "svg.spark")
     screenshot(page, "overview")
+
+
+async def test_schedules_create_pause_resume_and_delete_after_confirming(
+    page: Driver, server: ConsoleServer, queues: Queues
+) -> None:
+    _javascript_off(page)
+    page.get(server.url(f"/console/queues/{queues.emails}/schedules"))
+    assert "No schedules" in page.find_element(By.TAG_NAME, "main").text
+    for field, value in (
+        ("s-name", "digest"),
+        ("s-cron", "30 2 * * *"),
+        ("s-timezone", "Europe/Berlin"),
+        ("s-payload", '{"digest": "daily"}'),
+    ):
+        element = page.find_element(By.ID, field)
+        element.clear()
+        element.send_keys(value)
+    Select(page.find_element(By.ID, "s-priority")).select_by_value("LOW")
+    _click(page, '#new-schedule button[type="submit"]')
+    assert "Schedule created" in _notice(page)
+    row = page.find_element(By.CSS_SELECTOR, 'tr[data-schedule="digest"]').text
+    assert "30 2 * * *" in row and "Europe/Berlin" in row and "active" in row
+    screenshot(page, "schedules")
+    async with server.api() as api:
+        [made] = (await api.get(f"/v1/queues/{queues.emails}/schedules")).json()["items"]
+    assert made["next_run_at"] is not None and made["message"]["priority"] == "LOW"
+
+    _click(page, f'form[action$="/schedules/{made["id"]}/pause"] button')
+    assert "Schedule paused" in _notice(page)
+    _click(page, f'form[action$="/schedules/{made["id"]}/resume"] button')
+    assert "Schedule resumed" in _notice(page)
+    _click(page, f'a[href$="/schedules/{made["id"]}/delete"]')
+    assert "Delete schedule digest?" in page.find_element(By.TAG_NAME, "h2").text
+    screenshot(page, "schedule-delete")
+    _click(page, 'main form button[type="submit"]')
+    assert "Schedule deleted" in _notice(page)
+    async with server.api() as api:
+        listed = (await api.get(f"/v1/queues/{queues.emails}/schedules")).json()["items"]
+    assert listed == []
+    actions = ["schedule.created", "schedule.paused", "schedule.resumed", "schedule.deleted"]
+    for action in actions:
+        assert len(await _audit(server, queues.emails, action)) == 1, action

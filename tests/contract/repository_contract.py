@@ -52,6 +52,7 @@ from retsu.domain.pagination import AuditPosition, QueuePosition
 from retsu.domain.queue import Queue, QueueSettings, QueueSettingsUpdate
 from retsu.domain.state import PriorityState
 from tests.contract.observed_contract import ObservedContract
+from tests.contract.schedule_contract import ScheduleContract
 
 # Slack for adapters whose clock keeps running while a test runs (PostgreSQL's now()).
 CLOCK_SLACK = timedelta(seconds=5)
@@ -468,9 +469,10 @@ class MessageBrowsingContract:
 from tests.contract.flow_contract import FlowContract  # noqa: E402 (it builds on the above)
 
 
-class RepositoryContract(MessageBrowsingContract, ObservedContract, FlowContract):
+class RepositoryContract(MessageBrowsingContract, ObservedContract, FlowContract, ScheduleContract):
     """The behaviour every repository adapter must share (consumers and history:
-    ``observed_contract.py``)."""
+    ``observed_contract.py``; lanes, limits, attempts, search: ``flow_contract.py``;
+    schedules: ``schedule_contract.py``)."""
 
     KNOWN_GAPS: ClassVar[dict[str, str]] = {}
 

@@ -25,6 +25,7 @@ def test_worker_list_names_modules_then_workers() -> None:
         "expired-message-cleaner",
         "dead-letter-message-cleaner",
         "state-metrics-collector",
+        "scheduler",
     ]
 
 

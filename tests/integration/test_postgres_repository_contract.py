@@ -38,6 +38,7 @@ from tests.support.timeshift import shift
 
 pytestmark = pytest.mark.integration
 
+_REWIND_SCHEDULE = sa.text("UPDATE queue_schedule SET next_run_at = :at WHERE id = :id")
 _DEAD_LETTERS = sa.text(
     """
     SELECT id, queue_id, payload, priority, delivery_attempts, enqueued_at,
@@ -73,6 +74,10 @@ class PostgresHarness(PostgresStorage):
         async with self.engine.connect() as connection:
             raw = await connection.get_raw_connection()
             await shift(raw.driver_connection, seconds, self.queues.queue_ids)
+
+    async def rewind_schedule(self, schedule_id: UUID, next_run_at: datetime) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(_REWIND_SCHEDULE, {"id": schedule_id, "at": next_run_at})
 
     async def now(self) -> datetime:
         async with self.engine.connect() as connection:

@@ -23,6 +23,7 @@ from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.messages import PostgresMessages
 from retsu.adapters.postgres.queues import PostgresQueues
+from retsu.adapters.postgres.schedules import PostgresSchedules
 from retsu.adapters.postgres.secrets import PostgresServerSecrets
 from retsu.adapters.postgres.state import PostgresQueueState
 from tests.support.timeshift import plain_url
@@ -43,6 +44,7 @@ class PostgresStorage:
         self.browser = PostgresMessageBrowser(self.database)
         self.consumers = PostgresConsumers(self.database)
         self.history = PostgresHistory(self.database)
+        self.schedules = PostgresSchedules(self.database)
 
 
 def _migration(revision: str) -> ModuleType:

@@ -43,6 +43,10 @@ SHIFTS = [
     f"UPDATE queue_rate_bucket SET tokens_at = tokens_at - {_BACK} WHERE {_OURS}",
     f"UPDATE idempotency_key SET created_at = created_at - {_BACK} WHERE {_OURS}",
     f"UPDATE queue_history SET at = at - {_BACK} WHERE {_OURS}",
+    f"""UPDATE queue_schedule SET
+        next_run_at = next_run_at - {_BACK}, last_run_at = last_run_at - {_BACK},
+        created_at = created_at - {_BACK}, updated_at = updated_at - {_BACK}
+    WHERE {_OURS}""",
 ]
 
 

@@ -246,12 +246,12 @@ def test_compose_file_follows_the_compose_specification() -> None:
     assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
 
 
-def test_the_stack_runs_every_role_with_two_apis_and_two_collectors() -> None:
+def test_the_stack_runs_every_role_with_two_apis_two_collectors_and_two_schedulers() -> None:
     roles = sorted(retsu_roles().values())
     expected = sorted(
         ["api", "api", "migrate"]
         + [f"worker:{name}" for name in worker_names()]
-        + ["worker:state-metrics-collector"]
+        + ["worker:state-metrics-collector", "worker:scheduler"]
     )
     assert roles == expected
     assert {"postgres", "pgbouncer", "redis", "prometheus", "grafana", "otel-collector"} <= set(
@@ -332,7 +332,12 @@ def hosts_of(url: str) -> list[str]:
 
 
 def test_what_needs_a_session_bypasses_the_transaction_pooler(tmp_path: Path) -> None:
-    pooled = {"api", "worker:expired-message-cleaner", "worker:dead-letter-message-cleaner"}
+    pooled = {
+        "api",
+        "worker:expired-message-cleaner",
+        "worker:dead-letter-message-cleaner",
+        "worker:scheduler",
+    }
     for name, service in retsu_services().items():
         role = retsu_roles()[name]
         environment = service_environment(service)
@@ -546,7 +551,7 @@ def test_built_in_objects_are_valid_for_kubernetes_strictly() -> None:
             pytest.fail(f"{name} {doc['kind']}/{doc['metadata']['name']}: {error.message}")
 
 
-def test_one_workload_per_role_two_api_replicas_two_collectors() -> None:
+def test_one_workload_per_role_two_api_replicas_two_collectors_two_schedulers() -> None:
     replicas: dict[str, int] = {}
     for workload, _, container in retsu_containers():
         role = role_of(container["args"])
@@ -555,6 +560,7 @@ def test_one_workload_per_role_two_api_replicas_two_collectors() -> None:
         replicas[role] = 1 if workload["kind"] == "Job" else workload["spec"]["replicas"]
     expected = {"api": 2, "migrate": 1} | {f"worker:{n}": 1 for n in worker_names()}
     expected["worker:state-metrics-collector"] = 2
+    expected["worker:scheduler"] = 2
     assert replicas == expected
     (job,) = of_kind("Job")
     assert job["metadata"]["name"].endswith(__version__), "a new release is a new Job"
@@ -610,7 +616,12 @@ def test_pods_stop_gracefully_unprivileged_and_within_their_resources(tmp_path: 
 
 def test_what_needs_a_session_bypasses_the_pooler_in_kubernetes(tmp_path: Path) -> None:
     pooler = named("Service", "retsu-pgbouncer")
-    pooled = {"api", "worker:expired-message-cleaner", "worker:dead-letter-message-cleaner"}
+    pooled = {
+        "api",
+        "worker:expired-message-cleaner",
+        "worker:dead-letter-message-cleaner",
+        "worker:scheduler",
+    }
     for workload, _, container in retsu_containers():
         role = role_of(container["args"])
         environment = container_environment(container)

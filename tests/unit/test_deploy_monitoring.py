@@ -207,6 +207,7 @@ def test_prometheus_scrapes_the_api_and_every_worker() -> None:
         "worker:expired-message-cleaner",
         "worker:dead-letter-message-cleaner",
         "worker:state-metrics-collector",
+        "worker:scheduler",
     }
     assert config["rule_files"] == [ALERTS.name]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from uuid import UUID
 
@@ -23,13 +24,17 @@ class MemoryHarness:
         self.audit_log = self.state = self.maintenance = self.repository
         self.browser = self.repository
         self.leadership = InMemoryLeadership(InMemoryLock(), self.repository)
-        self.consumers = self.history = self.repository
+        self.consumers = self.history = self.schedules = self.repository
 
     async def now(self) -> datetime:
         return self.clock.now()
 
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
+
+    async def rewind_schedule(self, schedule_id: UUID, next_run_at: datetime) -> None:
+        schedules = self.repository._schedules
+        schedules[schedule_id] = replace(schedules[schedule_id], next_run_at=next_run_at)
 
     async def dead_letter_records(self, queue_id: UUID) -> list[DeadLetter]:
         return self.repository.dead_letters_of(queue_id)

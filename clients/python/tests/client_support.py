@@ -137,6 +137,20 @@ class RealServer:
             )
         )
 
+    def start_scheduler(self, log_dir: Path) -> None:
+        """The scheduler (SPEC §3.12): schedules' messages are enqueued by it."""
+        env = dict(self.env)
+        env["RETSU_WORKER__MANAGEMENT__PORT"] = str(free_port())
+        log = (log_dir / "scheduler.log").open("wb")
+        self.extra.append(
+            subprocess.Popen(
+                [*RETSU, "worker", "run", "queue", "scheduler"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+
     def stop(self) -> None:
         for process in [*self.extra, self.process]:
             if process.poll() is None:

@@ -28,6 +28,13 @@ from retsu.domain.message import (
 )
 from retsu.domain.pagination import AuditPosition, DeadLetterPosition, Found, QueuePosition
 from retsu.domain.queue import Queue, QueueSettingsUpdate
+from retsu.domain.schedule import (
+    DueSchedules,
+    NewSchedule,
+    Schedule,
+    SchedulePosition,
+    ScheduleUpdate,
+)
 from retsu.domain.search import EVERYTHING, Search
 from retsu.domain.state import PriorityState, StateSnapshot
 
@@ -566,3 +573,70 @@ class ConsumerEvents(Protocol):
         ...
 
     def consumer_flush_finished(self, outcome: str, entries: int) -> None: ...
+
+
+# -- schedules (SPEC §3.12) ---------------------------------------------------------------
+
+
+class ScheduleRepository(Protocol):
+    """A queue's schedules. Every change writes its ``AuditEntry`` in the same transaction;
+    times (``created_at``, ``next_run_at``) come from storage's clock, due times from the
+    schedule's recurrence (``retsu.domain.schedule``)."""
+
+    async def add_schedule(self, schedule: NewSchedule, audit: AuditEntry) -> Schedule:
+        """Store a new schedule, its first due time one interval (or the cron's next match)
+        after now, none when paused. Raises QueueNotFound, ScheduleAlreadyExists."""
+        ...
+
+    async def get_schedule(self, queue_id: UUID, schedule_id: UUID) -> Schedule | None: ...
+
+    async def list_schedules(
+        self, queue_id: UUID, *, limit: int, after: SchedulePosition | None
+    ) -> list[Schedule]:
+        """Up to ``limit`` of the queue's schedules by name in byte order, after ``after``."""
+        ...
+
+    async def update_schedule(
+        self, queue_id: UUID, schedule_id: UUID, update: ScheduleUpdate, audit: AuditEntry
+    ) -> Schedule | None:
+        """Apply ``update`` (``ScheduleUpdate.apply_to`` at storage's now); None when there
+        is no such schedule. Raises ScheduleAlreadyExists for a taken name."""
+        ...
+
+    async def set_schedule_paused(
+        self, queue_id: UUID, schedule_id: UUID, paused: bool, audit: AuditEntry
+    ) -> Schedule | None:
+        """Pause (no due time) or resume (due times afresh from now); None when there is no
+        such schedule."""
+        ...
+
+    async def delete_schedule(self, queue_id: UUID, schedule_id: UUID, audit: AuditEntry) -> bool:
+        """False when there is no such schedule. Messages it enqueued stay."""
+        ...
+
+
+class ScheduleRunner(Protocol):
+    """What the scheduler asks storage: run one due schedule, exactly once per due time."""
+
+    async def run_due_schedule(self) -> DueSchedules:
+        """In one transaction: claim the unpaused schedule whose due time passed longest ago
+        that no other runner holds (never waiting for one), enqueue its message (id
+        ``scheduled_message_id``, ``schedule_id`` set; into a paused queue too), and advance
+        it: ``last_run_at`` = now, ``next_run_at`` = its first due time after now (the due
+        times in between are skipped and counted). A runner that dies at any moment commits
+        nothing, so the due time stays for the next. With nothing due: no run, and the
+        seconds until the earliest due time (None without any active schedule)."""
+        ...
+
+
+class ScheduleEvents(Protocol):
+    """What the scheduler reports (metrics): each run, and the due times it skipped."""
+
+    def schedule_ran(self, queue_name: str, outcome: str, lag_seconds: float) -> None:
+        """``outcome``: ``enqueued``, or ``duplicate`` (the due time's message was stored
+        already); ``lag_seconds``: from the due time to the enqueue."""
+        ...
+
+    def schedule_missed(self, queue_name: str, count: int) -> None:
+        """Due times skipped because they passed while nothing ran."""
+        ...

@@ -15,6 +15,7 @@ ANONYMOUS = "anonymous"
 TARGET_QUEUE = "queue"
 TARGET_DEAD_LETTER = "dead_letter"
 TARGET_MESSAGE = "message"
+TARGET_SCHEDULE = "schedule"
 
 
 class AuditAction(enum.StrEnum):
@@ -27,6 +28,11 @@ class AuditAction(enum.StrEnum):
     DEAD_LETTER_REDRIVEN = "dead_letter.redriven"
     DEAD_LETTER_DELETED = "dead_letter.deleted"
     MESSAGE_DELETED = "message.deleted"
+    SCHEDULE_CREATED = "schedule.created"
+    SCHEDULE_UPDATED = "schedule.updated"
+    SCHEDULE_DELETED = "schedule.deleted"
+    SCHEDULE_PAUSED = "schedule.paused"
+    SCHEDULE_RESUMED = "schedule.resumed"
 
     @classmethod
     def parse(cls, text: str) -> AuditAction:
@@ -54,7 +60,7 @@ class AuditEntry:
     """An audit row to write in the same transaction as the change it records."""
 
     action: AuditAction
-    target_type: str  # "queue", "dead_letter" or "message"
+    target_type: str  # "queue", "dead_letter", "message" or "schedule"
     target_id: str
     queue_id: UUID | None
     caller: Caller
@@ -81,6 +87,13 @@ class AuditEntry:
         cls, action: AuditAction, queue_id: UUID, message_id: UUID, caller: Caller, **details: Any
     ) -> AuditEntry:
         return cls(action, TARGET_MESSAGE, str(message_id), queue_id, caller, details)
+
+    @classmethod
+    def of_schedule(
+        cls, action: AuditAction, queue_id: UUID, schedule_id: UUID, caller: Caller, **details: Any
+    ) -> AuditEntry:
+        """Found by the audit log's ``queue_id`` filter under the schedule's queue."""
+        return cls(action, TARGET_SCHEDULE, str(schedule_id), queue_id, caller, details)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from retsu.adapters.cache.metrics import NO_CACHE_METRICS, CacheMetrics
 from retsu.adapters.cache.passthrough import DetailsQueueNames, RepositoryQueueDetails
 from retsu.adapters.cache.redis_client import create_redis_client
 from retsu.adapters.cache.shared import RedisQueueDetails
+from retsu.adapters.cron import CRON_CALENDAR
 from retsu.adapters.http.app import create_app
 from retsu.adapters.http.auth import ApiToken, AuthConfig
 from retsu.adapters.http.console import ConsoleConfig
@@ -43,6 +44,7 @@ from retsu.adapters.postgres.maintenance import PostgresMaintenance
 from retsu.adapters.postgres.messages import PostgresMessages
 from retsu.adapters.postgres.notifications import PostgresMessageSignals
 from retsu.adapters.postgres.queues import PostgresQueues
+from retsu.adapters.postgres.schedules import PostgresSchedules
 from retsu.adapters.postgres.secrets import PostgresServerSecrets
 from retsu.adapters.postgres.state import PostgresQueueState
 from retsu.adapters.signals import InProcessMessageSignals
@@ -60,6 +62,8 @@ from retsu.application.dead_letters import DeadLetterService
 from retsu.application.messages import MessageService
 from retsu.application.ports import Clock, QueueRepository
 from retsu.application.queues import QueueService
+from retsu.application.scheduler import Scheduler
+from retsu.application.schedules import ScheduleService
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
 from retsu.application.track_consumers import ConsumerTracker
 from retsu.entrypoints.settings import Settings
@@ -212,6 +216,8 @@ class StorageContainer(containers.DeclarativeContainer):
     # Consumers (SPEC §3.7) and queue history (SPEC §3.8).
     consumers = providers.Singleton(PostgresConsumers, database)
     history = providers.Singleton(PostgresHistory, database)
+    # Schedules (SPEC §3.12): an operator's changes and the scheduler's runs.
+    schedules = providers.Singleton(PostgresSchedules, database)
     readiness = providers.Callable(check_database, engine)
     # The cursor-signing key made by `retsu migrate`, read once, on first use.
     secrets = providers.Singleton(PostgresServerSecrets, database)
@@ -252,6 +258,7 @@ class MemoryStorageContainer(containers.DeclarativeContainer):
     )
     consumers = providers.Singleton(_itself, database)
     history = providers.Singleton(_itself, database)
+    schedules = providers.Singleton(_itself, database)
     readiness = providers.Callable(_always_ready)
     secrets = providers.Singleton(RandomServerSecrets)
 
@@ -363,6 +370,13 @@ class UseCaseContainer(containers.DeclarativeContainer):
         signals=storage.message_signals,
     )
     browsing = providers.Singleton(BrowsingService, browser=storage.message_browser)
+    schedules = providers.Singleton(
+        ScheduleService,
+        schedules=storage.schedules,
+        details=lookups.details,
+        ids=core.ids,
+        calendar=providers.Object(CRON_CALENDAR),
+    )
     activity = providers.Singleton(
         ActivityService,
         consumers=storage.consumers,
@@ -426,7 +440,7 @@ class ApiContainer(containers.DeclarativeContainer):
 
 
 class WorkerContainer(containers.DeclarativeContainer):
-    """The worker roles: the three queue workers over one pool, plus their sleeper."""
+    """The worker roles: the four queue workers over one pool, plus their sleeper."""
 
     settings: providers.Dependency[Settings] = providers.Dependency(instance_of=Settings)
     role = providers.Object("worker")  # run_worker passes role="worker:<name>"
@@ -487,11 +501,20 @@ class WorkerContainer(containers.DeclarativeContainer):
             leadership_retry_interval_seconds=settings.provided.worker.queue.state_metrics_collector.leadership_retry_interval_seconds,
         ),
     )
+    # Recurring messages (SPEC §3.12): any number may run, each due time enqueued once.
+    scheduler = providers.Singleton(
+        Scheduler,
+        runner=storage.schedules,
+        events=core.metrics,
+        queue_events=core.metrics,
+        sleeper=sleeper,
+    )
     workers = providers.Dict(
         {
             "expired-message-cleaner": expired_message_cleaner,
             "dead-letter-message-cleaner": dead_letter_message_cleaner,
             "state-metrics-collector": state_metrics_collector,
+            "scheduler": scheduler,
         }
     )
     management_app = providers.Singleton(

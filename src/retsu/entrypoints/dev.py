@@ -1,5 +1,5 @@
-"""`retsu dev`: migrations, the API and all three workers in one process, on an
-embedded PostgreSQL when no database.url is configured."""
+"""`retsu dev`: migrations, the API and all four workers (the scheduler included) in one
+process, on an embedded PostgreSQL when no database.url is configured."""
 
 from __future__ import annotations
 

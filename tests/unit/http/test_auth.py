@@ -86,6 +86,14 @@ SPEC_SCOPES: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/audit-log"): OPERATOR_READ,
     ("GET", "/v1/consumers"): OPERATOR_READ,
     ("GET", "/v1/queues/{queue_id}/history"): OPERATOR_READ,
+    # Schedules (SPEC §3.12): as the queue reads and mutations.
+    ("POST", "/v1/queues/{queue_id}/schedules"): ADMIN_ONLY,
+    ("GET", "/v1/queues/{queue_id}/schedules"): CONSUMER_READ,
+    ("GET", "/v1/queues/{queue_id}/schedules/{schedule_id}"): CONSUMER_READ,
+    ("PATCH", "/v1/queues/{queue_id}/schedules/{schedule_id}"): ADMIN_ONLY,
+    ("DELETE", "/v1/queues/{queue_id}/schedules/{schedule_id}"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/schedules/{schedule_id}/pause"): ADMIN_ONLY,
+    ("POST", "/v1/queues/{queue_id}/schedules/{schedule_id}/resume"): ADMIN_ONLY,
 }
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")

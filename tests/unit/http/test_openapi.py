@@ -573,6 +573,35 @@ async def test_real_responses_match_the_document(
         c("GET", qid + "/history", await client.get(f"{q}/{queue}/history"))
         c("GET", qid + "/history", await client.get(f"{q}/{queue}/history", params={"minutes": 0}))
         c("GET", qid + "/history", await client.get(f"{q}/{MISSING_ID}/history"))
+    # SPEC §3.12 schedules.
+    sq = qid + "/schedules"
+    if ("POST", sq) in ops:
+        sched = f"{q}/{queue}/schedules"
+        body = {
+            "name": "nightly",
+            "cron": "0 2 * * *",
+            "timezone": "Europe/Berlin",
+            "message": {"payload": "report", "priority": "LOW", "group": "g"},
+        }
+        made = c("POST", sq, await client.post(sched, json=body)).json()
+        c("POST", sq, await client.post(sched, json=body))  # 409
+        c("POST", sq, await client.post(sched, json={**body, "name": "x", "every_seconds": 5}))
+        c("POST", sq, await client.post(sched, json={**body, "timezone": "Mars/Base"}))
+        c("POST", sq, await client.post(f"{q}/{MISSING_ID}/schedules", json=body))
+        c("GET", sq, await client.get(sched, params={"limit": 1}))
+        c("GET", sq, await client.get(sched, params={"cursor": "garbage"}))
+        one_s = sq + "/{schedule_id}"
+        c("GET", one_s, await client.get(f"{sched}/{made['id']}"))
+        c("GET", one_s, await client.get(f"{sched}/{MISSING_ID}"))
+        c("GET", one_s, await client.get(f"{sched}/nope"))
+        c("PATCH", one_s, await client.patch(f"{sched}/{made['id']}", json={"every_seconds": 60}))
+        c("PATCH", one_s, await client.patch(f"{sched}/{made['id']}", json={}))
+        c("PATCH", one_s, await client.patch(f"{sched}/{MISSING_ID}", json={"name": "y"}))
+        c("POST", one_s + "/pause", await client.post(f"{sched}/{made['id']}/pause"))
+        c("POST", one_s + "/resume", await client.post(f"{sched}/{made['id']}/resume"))
+        c("POST", one_s + "/resume", await client.post(f"{sched}/{MISSING_ID}/resume"))
+        c("DELETE", one_s, await client.delete(f"{sched}/{made['id']}"))
+        c("DELETE", one_s, await client.delete(f"{sched}/{made['id']}"))
     if ("DELETE", qid) in ops:
         c("DELETE", qid, await client.delete(f"{q}/{queue}"))
         c("DELETE", qid, await client.delete(f"{q}/{queue}"))

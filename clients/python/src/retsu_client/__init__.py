@@ -29,6 +29,8 @@ from retsu_client.errors import (
     QueueAlreadyExists,
     QueueNotFound,
     RetsuError,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     ServerError,
     ServiceUnavailable,
     StaleReceiptHandle,
@@ -51,6 +53,8 @@ from retsu_client.models import (
     Queue,
     QueueDetails,
     QueueStats,
+    Schedule,
+    ScheduleMessage,
     StoredMessage,
 )
 from retsu_client.retry import RetryPolicy
@@ -91,6 +95,10 @@ __all__ = [
     "RetryLater",
     "RetryPolicy",
     "RetsuError",
+    "Schedule",
+    "ScheduleAlreadyExists",
+    "ScheduleMessage",
+    "ScheduleNotFound",
     "ServerError",
     "ServiceUnavailable",
     "StaleReceiptHandle",

@@ -33,6 +33,8 @@ from retsu_client.models import (
     Priority,
     Queue,
     QueueDetails,
+    Schedule,
+    ScheduleMessage,
     StoredMessage,
 )
 
@@ -41,6 +43,8 @@ QueueRef = str | uuid.UUID | Queue
 """A queue: its id (str or UUID), its name, or a ``Queue`` value."""
 MessageRef = str | uuid.UUID | Message | StoredMessage | DeadLetter
 """A message id, or a value that carries one."""
+ScheduleRef = str | uuid.UUID | Schedule
+"""A schedule: its id, or a ``Schedule`` value."""
 
 CONSUMER_HEADER = "retsu-consumer"
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -604,3 +608,98 @@ def queue_history(names: QueueNames, queue: QueueRef, minutes: int | None) -> Op
         return decode(response, History)
 
     return (yield from on_queue(names, queue, build))
+
+
+# --- schedules (SPEC §3.12) --------------------------------------------------------------
+
+
+def schedule_id(schedule: ScheduleRef) -> str:
+    return schedule.id if isinstance(schedule, Schedule) else str(schedule)
+
+
+def create_schedule(
+    names: QueueNames,
+    queue: QueueRef,
+    name: str,
+    message: ScheduleMessage,
+    cron: str | None,
+    every_seconds: int | None,
+    timezone: str | None,
+    paused: bool | None,
+) -> Op[Schedule]:
+    body = _json(
+        _drop_none(
+            name=name,
+            cron=cron,
+            every_seconds=every_seconds,
+            timezone=timezone,
+            message=message,
+            paused=paused,
+        )
+    )
+
+    def build(qid: str) -> Op[Schedule]:
+        # Not repeatable: a retry after the first attempt landed would answer 409.
+        response = yield Call("POST", f"/v1/queues/{qid}/schedules", body=body, repeatable=False)
+        return decode(response, Schedule)
+
+    return (yield from on_queue(names, queue, build))
+
+
+def list_schedules(
+    names: QueueNames, queue: QueueRef, limit: int | None, cursor: str | None
+) -> Op[Page[Schedule]]:
+    params = _params(limit=limit, cursor=cursor)
+
+    def build(qid: str) -> Op[Page[Schedule]]:
+        response = yield Call("GET", f"/v1/queues/{qid}/schedules", params=params)
+        return decode(response, Page[Schedule])
+
+    return (yield from on_queue(names, queue, build))
+
+
+def get_schedule(names: QueueNames, queue: QueueRef, schedule: ScheduleRef) -> Op[Schedule]:
+    sid = schedule_id(schedule)
+
+    def build(qid: str) -> Op[Schedule]:
+        response = yield Call("GET", f"/v1/queues/{qid}/schedules/{sid}")
+        return decode(response, Schedule)
+
+    return (yield from on_queue(names, queue, build))
+
+
+def update_schedule(
+    names: QueueNames, queue: QueueRef, schedule: ScheduleRef, changes: dict[str, Any]
+) -> Op[Schedule]:
+    sid = schedule_id(schedule)
+    body = _json(_drop_none(**changes))
+
+    def build(qid: str) -> Op[Schedule]:
+        # Repeatable: the same change again leaves the same schedule (a new recurrence
+        # restarts its due times from the later moment, as a later PATCH would).
+        response = yield Call("PATCH", f"/v1/queues/{qid}/schedules/{sid}", body=body)
+        return decode(response, Schedule)
+
+    return (yield from on_queue(names, queue, build))
+
+
+def set_schedule_paused(
+    names: QueueNames, queue: QueueRef, schedule: ScheduleRef, paused: bool
+) -> Op[Schedule]:
+    sid = schedule_id(schedule)
+    action = "pause" if paused else "resume"
+
+    def build(qid: str) -> Op[Schedule]:
+        response = yield Call("POST", f"/v1/queues/{qid}/schedules/{sid}/{action}")
+        return decode(response, Schedule)
+
+    return (yield from on_queue(names, queue, build))
+
+
+def delete_schedule(names: QueueNames, queue: QueueRef, schedule: ScheduleRef) -> Op[None]:
+    sid = schedule_id(schedule)
+
+    def build(qid: str) -> Op[None]:
+        yield Call("DELETE", f"/v1/queues/{qid}/schedules/{sid}", repeatable=False)
+
+    yield from on_queue(names, queue, build)

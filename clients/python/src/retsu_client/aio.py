@@ -11,7 +11,7 @@ import httpx
 import msgspec
 
 from retsu_client import _calls as calls
-from retsu_client._calls import Call, MessageRef, Op, QueueNames, QueueRef
+from retsu_client._calls import Call, MessageRef, Op, QueueNames, QueueRef, ScheduleRef
 from retsu_client._http import (
     as_timeout,
     build_request,
@@ -40,6 +40,8 @@ from retsu_client.models import (
     Priority,
     Queue,
     QueueDetails,
+    Schedule,
+    ScheduleMessage,
     StoredMessage,
 )
 from retsu_client.retry import RetryPolicy, retry_exception, retry_status
@@ -463,3 +465,80 @@ class AsyncClient:
     async def queue_history(self, queue: QueueRef, *, minutes: int | None = None) -> History:
         """Depth and throughput snapshots of the last ``minutes`` (default 60), oldest first."""
         return await self._run(calls.queue_history(self._names, queue, minutes))
+
+    # --- schedules (SPEC §3.12) ---------------------------------------------------------
+
+    async def create_schedule(
+        self,
+        queue: QueueRef,
+        name: str,
+        message: ScheduleMessage | str,
+        *,
+        cron: str | None = None,
+        every_seconds: int | None = None,
+        timezone: str | None = None,
+        priority: Priority | str = Priority.MEDIUM,
+        paused: bool | None = None,
+    ) -> Schedule:
+        """A recurring message: exactly one of ``cron`` (five fields, read in ``timezone``,
+        default UTC) and ``every_seconds`` (first due one interval from now). ``message``
+        is a ``ScheduleMessage`` or a payload (with ``priority``)."""
+        template = (
+            message
+            if isinstance(message, ScheduleMessage)
+            else ScheduleMessage(payload=message, priority=Priority(priority))
+        )
+        return await self._run(
+            calls.create_schedule(
+                self._names, queue, name, template, cron, every_seconds, timezone, paused
+            )
+        )
+
+    async def list_schedules(
+        self, queue: QueueRef, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[Schedule]:
+        """A queue's schedules by name."""
+        return await self._run(calls.list_schedules(self._names, queue, limit, cursor))
+
+    def iter_schedules(
+        self, queue: QueueRef, *, page_size: int = PAGE_SIZE
+    ) -> AsyncIterator[Schedule]:
+        """Every schedule of the queue, by name."""
+        return self._follow(lambda c: self.list_schedules(queue, limit=page_size, cursor=c))
+
+    async def get_schedule(self, queue: QueueRef, schedule: ScheduleRef) -> Schedule:
+        return await self._run(calls.get_schedule(self._names, queue, schedule))
+
+    async def update_schedule(
+        self,
+        queue: QueueRef,
+        schedule: ScheduleRef,
+        *,
+        name: str | None = None,
+        cron: str | None = None,
+        every_seconds: int | None = None,
+        timezone: str | None = None,
+        message: ScheduleMessage | None = None,
+    ) -> Schedule:
+        """Change what is given; ``cron`` or ``every_seconds`` switches the schedule to that
+        kind, and a new recurrence or time zone starts its due times afresh from now."""
+        changes = {
+            "name": name,
+            "cron": cron,
+            "every_seconds": every_seconds,
+            "timezone": timezone,
+            "message": message,
+        }
+        return await self._run(calls.update_schedule(self._names, queue, schedule, changes))
+
+    async def pause_schedule(self, queue: QueueRef, schedule: ScheduleRef) -> Schedule:
+        """Its due times are skipped until resumed (not caught up)."""
+        return await self._run(calls.set_schedule_paused(self._names, queue, schedule, True))
+
+    async def resume_schedule(self, queue: QueueRef, schedule: ScheduleRef) -> Schedule:
+        """Its due times start afresh from now."""
+        return await self._run(calls.set_schedule_paused(self._names, queue, schedule, False))
+
+    async def delete_schedule(self, queue: QueueRef, schedule: ScheduleRef) -> None:
+        """The messages it enqueued stay."""
+        await self._run(calls.delete_schedule(self._names, queue, schedule))

@@ -20,15 +20,18 @@ __all__ = [
     "DatabaseUnavailable",
     "DeadLetterNotFound",
     "EmptyQueueUpdate",
+    "EmptyScheduleUpdate",
     "Forbidden",
     "IdempotencyKeyConflict",
     "InternalError",
     "InvalidAction",
     "InvalidBatchSize",
     "InvalidConsumer",
+    "InvalidCron",
     "InvalidCursor",
     "InvalidDefaultMessageTtl",
     "InvalidDelay",
+    "InvalidEverySeconds",
     "InvalidHealth",
     "InvalidIdempotencyKey",
     "InvalidJson",
@@ -42,7 +45,9 @@ __all__ = [
     "InvalidQueueId",
     "InvalidQueueName",
     "InvalidRequest",
+    "InvalidScheduleName",
     "InvalidState",
+    "InvalidTimezone",
     "InvalidTtl",
     "InvalidVisibilityTimeout",
     "InvalidWaitSeconds",
@@ -55,6 +60,8 @@ __all__ = [
     "QueueNotFound",
     "RetsuError",
     "RouteNotFound",
+    "ScheduleAlreadyExists",
+    "ScheduleNotFound",
     "ServerError",
     "ServiceUnavailable",
     "StaleReceiptHandle",
@@ -280,6 +287,36 @@ class InvalidMinutes(InvalidRequest):
     default_code = "invalid_minutes"
 
 
+class InvalidScheduleName(InvalidRequest):
+    """Not a valid schedule name (the queue-name rule)."""
+
+    default_code = "invalid_schedule_name"
+
+
+class InvalidCron(InvalidRequest):
+    """Not a five-field cron expression, or both or neither of cron and every_seconds."""
+
+    default_code = "invalid_cron"
+
+
+class InvalidEverySeconds(InvalidRequest):
+    """every_seconds not 1-2592000."""
+
+    default_code = "invalid_every_seconds"
+
+
+class InvalidTimezone(InvalidRequest):
+    """Not an IANA time zone name."""
+
+    default_code = "invalid_timezone"
+
+
+class EmptyScheduleUpdate(InvalidRequest):
+    """A schedule update with no field."""
+
+    default_code = "empty_schedule_update"
+
+
 # --- 401, 403, 404, 405, 409, 413, 415 ---------------------------------------------------
 
 
@@ -322,6 +359,10 @@ class MessageNotFound(NotFound):
     default_code = "message_not_found"
 
 
+class ScheduleNotFound(NotFound):
+    default_code = "schedule_not_found"
+
+
 class MethodNotAllowed(APIError):
     status_code = 405
     default_code = "method_not_allowed"
@@ -336,6 +377,12 @@ class Conflict(APIError):
 
 class QueueAlreadyExists(Conflict):
     default_code = "queue_already_exists"
+
+
+class ScheduleAlreadyExists(Conflict):
+    """The queue already has a schedule of that name."""
+
+    default_code = "schedule_already_exists"
 
 
 class IdempotencyKeyConflict(Conflict):

@@ -29,6 +29,8 @@ __all__ = [
     "Queue",
     "QueueDetails",
     "QueueStats",
+    "Schedule",
+    "ScheduleMessage",
     "StoredMessage",
 ]
 
@@ -134,6 +136,9 @@ class StoredMessage(_Payload, msgspec.Struct, frozen=True, kw_only=True):
     available_at: datetime
     last_delivered_at: datetime | None = None
     redriven_from: str | None = None
+    group: str | None = None
+    schedule_id: str | None = None
+    """The schedule that enqueued this message (SPEC §3.12), else None."""
 
 
 class DeadLetter(_Payload, msgspec.Struct, frozen=True, kw_only=True):
@@ -191,3 +196,30 @@ class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
 
     items: list[T]
     next_cursor: str | None
+
+
+class ScheduleMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """What a schedule enqueues at each due time (no delay: the schedule says when)."""
+
+    payload: str
+    priority: Priority = Priority.MEDIUM
+    ttl_seconds: int | None = None
+    group: str | None = None
+
+
+class Schedule(msgspec.Struct, frozen=True, kw_only=True):
+    """A recurring message (SPEC §3.12): exactly one of ``cron`` (read in ``timezone``) and
+    ``every_seconds``. ``next_run_at`` is None while paused; ``last_run_at`` is when its
+    message was last enqueued."""
+
+    id: str
+    queue_id: str
+    name: str
+    cron: str | None
+    every_seconds: int | None
+    timezone: str
+    message: ScheduleMessage
+    paused: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    created_at: datetime

@@ -53,6 +53,7 @@ from retsu.adapters.http.routes import (
     history,
     messages,
     queues,
+    schedules,
 )
 from retsu.adapters.http.routes.health import DEFAULT_READINESS_TIMEOUT_SECONDS, health_routes
 from retsu.adapters.telemetry.metrics import Metrics
@@ -69,6 +70,7 @@ API_ROUTES: Sequence[HTTPRouteHandler] = (
     *audit.ROUTES,
     *consumers.ROUTES,
     *history.ROUTES,
+    *schedules.ROUTES,
 )
 
 

@@ -40,6 +40,7 @@ class CursorKind:
     MESSAGES = "m"
     CONSUMERS = "c"
     AUDIT_LOG = "a"
+    SCHEDULES = "s"
 
 
 class Cursors:

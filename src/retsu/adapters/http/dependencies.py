@@ -14,10 +14,12 @@ from retsu.application.browsing import BrowsingService
 from retsu.application.dead_letters import DeadLetterService
 from retsu.application.messages import MessageService
 from retsu.application.queues import QueueService
+from retsu.application.schedules import ScheduleService
 
 Queues = NamedDependency[QueueService]
 Messages = NamedDependency[MessageService]
 DeadLetters = NamedDependency[DeadLetterService]
 Browsing = NamedDependency[BrowsingService]
 Activity = NamedDependency[ActivityService]
+Schedules = NamedDependency[ScheduleService]
 Cursors = NamedDependency[CursorCodec]

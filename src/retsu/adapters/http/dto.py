@@ -49,6 +49,7 @@ from retsu.domain.queue import (
     RateLimit,
 )
 from retsu.domain.ranges import IntRange
+from retsu.domain.schedule import DEFAULT_TIMEZONE, EVERY_SECONDS, Schedule
 from retsu.domain.state import QueueStats
 
 MAX_BATCH_SIZE = 100
@@ -264,6 +265,101 @@ class VisibilityBody(msgspec.Struct, forbid_unknown_fields=True):
 
 class RedriveBody(msgspec.Struct, forbid_unknown_fields=True):
     limit: Annotated[int | None, _range(REDRIVE_LIMIT, default=DEFAULT_REDRIVE_LIMIT)] = None
+
+
+class ScheduleMessageBody(msgspec.Struct, forbid_unknown_fields=True):
+    """What a schedule enqueues at each due time (no delay: the schedule says when)."""
+
+    payload: Annotated[
+        str,
+        KwargDefinition(
+            description="Any text without the NUL character U+0000; else `invalid_payload`."
+        ),
+    ]
+    priority: Annotated[
+        str,
+        KwargDefinition(
+            enum=_PRIORITIES, description="HIGH, MEDIUM or LOW; else `invalid_priority`."
+        ),
+    ]
+    ttl_seconds: Annotated[
+        int | None,
+        _range(MESSAGE_TTL, "The lifetime in seconds; default: the queue's own."),
+    ] = None
+    group: Annotated[
+        str | None,
+        KwargDefinition(
+            min_length=1,
+            max_length=GROUP_MAX_LENGTH,
+            description="The message's group (SPEC §3.10). 1–128 visible ASCII characters; "
+            "else `invalid_group`.",
+        ),
+    ] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "payload": self.payload,
+            "priority": self.priority,
+            "ttl_seconds": self.ttl_seconds,
+            "group": self.group,
+        }
+
+
+_SCHEDULE_NAME = KwargDefinition(
+    min_length=1,
+    max_length=NAME_MAX_LENGTH,
+    pattern=QUEUE_NAME_PATTERN,
+    description="Unique in its queue; as a queue name: 1–64 characters of a-z 0-9 . _ -, "
+    "starting and ending with a letter or digit. Else `invalid_schedule_name`.",
+)
+_CRON = KwargDefinition(
+    description="A five-field cron expression (minute hour day-of-month month day-of-week; "
+    "ranges, steps, lists, names), read on the wall clock of `timezone`. Exactly one of `cron` "
+    "and `every_seconds`; else `invalid_cron`."
+)
+_EVERY = _range(
+    EVERY_SECONDS,
+    "Due one interval after the schedule is made (or resumed), then every interval. Exactly "
+    "one of `cron` and `every_seconds`.",
+)
+_TIMEZONE = KwargDefinition(
+    schema_extra={"default": DEFAULT_TIMEZONE},
+    description="An IANA time zone (`Europe/Berlin`) for `cron`; else `invalid_timezone`.",
+)
+
+
+class CreateScheduleBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: Annotated[str, _SCHEDULE_NAME]
+    message: ScheduleMessageBody
+    cron: Annotated[str | None, _CRON] = None
+    every_seconds: Annotated[int | None, _EVERY] = None
+    timezone: Annotated[str | None, _TIMEZONE] = None
+    paused: Annotated[
+        bool | None,
+        KwargDefinition(
+            schema_extra={"default": False}, description="Made paused: no due time until resumed."
+        ),
+    ] = None
+
+
+class UpdateScheduleBody(msgspec.Struct, forbid_unknown_fields=True):
+    """Any subset. A new `cron`, `every_seconds` or `timezone` starts the due times afresh
+    from now; `message` replaces the whole template."""
+
+    name: Annotated[str | None, _SCHEDULE_NAME] = None
+    cron: Annotated[str | None, _CRON] = None
+    every_seconds: Annotated[int | None, _EVERY] = None
+    timezone: Annotated[str | None, _TIMEZONE] = None
+    message: ScheduleMessageBody | None = None
+
+    def changes(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cron": self.cron,
+            "every_seconds": self.every_seconds,
+            "timezone": self.timezone,
+            "message": None if self.message is None else self.message.as_dict(),
+        }
 
 
 # -- responses ----------------------------------------------------------------------
@@ -513,4 +609,65 @@ def message_out(message: DeliveredMessage) -> MessageOut:
         receipt_handle=message.receipt_handle,
         delivery_attempts=message.delivery_attempts,
         enqueued_at=_utc(message.enqueued_at),
+    )
+
+
+class ScheduleMessageOut(msgspec.Struct, gc=False):
+    payload: str
+    priority: PriorityName
+    ttl_seconds: int | None
+    group: str | None
+
+
+class ScheduleOut(msgspec.Struct):
+    id: UUID
+    queue_id: UUID
+    name: str
+    cron: str | None
+    every_seconds: int | None
+    timezone: str
+    message: ScheduleMessageOut
+    paused: bool
+    next_run_at: Annotated[
+        datetime | None,
+        KwargDefinition(description="The next due time; null while paused."),
+    ]
+    last_run_at: Annotated[
+        datetime | None,
+        KwargDefinition(
+            description="When its message was last enqueued (late after an outage); null "
+            "before the first run."
+        ),
+    ]
+    created_at: datetime
+
+
+class SchedulesOut(msgspec.Struct):
+    items: list[ScheduleOut]
+    next_cursor: str | None
+
+
+def _maybe_utc(moment: datetime | None) -> datetime | None:
+    return None if moment is None else _utc(moment)
+
+
+def schedule_out(schedule: Schedule) -> ScheduleOut:
+    message = schedule.message
+    return ScheduleOut(
+        id=schedule.id,
+        queue_id=schedule.queue_id,
+        name=schedule.name,
+        cron=schedule.recurrence.cron,
+        every_seconds=schedule.recurrence.every_seconds,
+        timezone=schedule.recurrence.timezone,
+        message=ScheduleMessageOut(
+            payload=message.payload,
+            priority=_PRIORITY_NAMES[message.priority],
+            ttl_seconds=message.ttl_seconds,
+            group=message.group,
+        ),
+        paused=schedule.paused,
+        next_run_at=_maybe_utc(schedule.next_run_at),
+        last_run_at=_maybe_utc(schedule.last_run_at),
+        created_at=_utc(schedule.created_at),
     )

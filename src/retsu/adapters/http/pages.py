@@ -21,6 +21,7 @@ from retsu.application.activity import (
 from retsu.application.browsing import BrowsingService, ListMessagesQuery
 from retsu.application.dead_letters import DeadLetterService, ListDeadLettersQuery
 from retsu.application.queues import ListQueuesQuery, QueueService
+from retsu.application.schedules import ListSchedulesQuery, ScheduleService
 from retsu.domain.audit import AuditAction, AuditRecord
 from retsu.domain.browsing import BrowseState, MessagePosition, StoredMessage
 from retsu.domain.consumer import ConsumerHealth, ConsumerPosition
@@ -33,6 +34,7 @@ from retsu.domain.pagination import (
     QueuePosition,
 )
 from retsu.domain.queue import Queue
+from retsu.domain.schedule import Schedule, SchedulePosition
 
 T = TypeVar("T")
 
@@ -156,5 +158,23 @@ async def audit_log_page(
     page = await activity.audit_log(query, after)
     next_cursor = await cursors.seal(
         CursorKind.AUDIT_LOG, scope, None if page.next is None else page.next.seal()
+    )
+    return Listed(page.items, next_cursor)
+
+
+async def schedules_page(
+    schedules: ScheduleService,
+    cursors: Cursors,
+    queue_id: UUID,
+    *,
+    limit: int = DEFAULT_LIST_LIMIT,
+    cursor: str | None = None,
+) -> Listed[Schedule]:
+    query = ListSchedulesQuery(queue_id=queue_id, limit=limit)
+    scope = [str(queue_id)]
+    after = await cursors.open(CursorKind.SCHEDULES, scope, cursor, SchedulePosition.read)
+    page = await schedules.list(query, after)
+    next_cursor = await cursors.seal(
+        CursorKind.SCHEDULES, scope, None if page.next is None else page.next.seal()
     )
     return Listed(page.items, next_cursor)

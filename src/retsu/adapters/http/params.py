@@ -40,6 +40,7 @@ __all__ = [
     "QueueId",
     "QueueIdFilter",
     "QueueNameFilter",
+    "ScheduleId",
     "StateFilter",
     "consumer_of",
     "idempotency_key_of",
@@ -55,6 +56,9 @@ QueueId = Annotated[
 ]
 MessageId = Annotated[
     UUID, PathParameter(description="The message's id. Not a UUID: `400 invalid_path`.")
+]
+ScheduleId = Annotated[
+    UUID, PathParameter(description="The schedule's id. Not a UUID: `400 invalid_path`.")
 ]
 
 

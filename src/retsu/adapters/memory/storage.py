@@ -17,6 +17,7 @@ from retsu.adapters.memory.history import HistoryPart
 from retsu.adapters.memory.maintenance import MaintenancePart
 from retsu.adapters.memory.messages import MessagesPart
 from retsu.adapters.memory.queues import QueuesPart
+from retsu.adapters.memory.schedules import SchedulesPart
 from retsu.adapters.memory.state import StatePart
 
 
@@ -30,7 +31,8 @@ class MemoryStorage(
     StatePart,
     ConsumersPart,
     HistoryPart,
+    SchedulesPart,
 ):
     """Implements QueueRepository, QueueStateReader, MessageRepository, MessageBrowser,
     DeadLetterRepository, AuditLog, Maintenance, ConsumerStore, ConsumerMaintenance,
-    QueueHistoryReader and HistoryMaintenance."""
+    QueueHistoryReader, HistoryMaintenance, ScheduleRepository and ScheduleRunner."""

@@ -29,6 +29,7 @@ from retsu.domain.history import HistoryPoint, Throughput
 from retsu.domain.message import DeadLetter, Priority
 from retsu.domain.pagination import DeadLetterPosition
 from retsu.domain.queue import Queue
+from retsu.domain.schedule import Schedule
 
 
 class State(enum.IntEnum):
@@ -163,6 +164,8 @@ class MemoryTables:
         # Lanes by (queue, group), and each rate-limited queue's bucket (tokens, at).
         self._groups: dict[tuple[UUID, str], StoredGroup] = {}
         self._buckets: dict[UUID, tuple[float, datetime]] = {}
+        # Schedules by id (SPEC §3.12; ``schedules.py``).
+        self._schedules: dict[UUID, Schedule] = {}
 
     def _write_audit(self, entry: AuditEntry) -> None:
         record = AuditRecord(
@@ -190,6 +193,8 @@ class MemoryTables:
             del self._groups[key]
         for key in [k for k in self._consumers if k[0] == queue_id]:
             del self._consumers[key]
+        for schedule_id in [k for k, s in self._schedules.items() if s.queue_id == queue_id]:
+            del self._schedules[schedule_id]
 
     # -- inspection helpers (tests and the client's testing helper) ----------------
 

@@ -119,3 +119,28 @@ server_secret = sa.Table(
     sa.Column("value", sa.LargeBinary, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+queue_schedule = sa.Table(
+    "queue_schedule",
+    metadata,
+    sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column(
+        "queue_id",
+        pg.UUID(as_uuid=True),
+        sa.ForeignKey("queue.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("name", sa.Text(collation="C"), nullable=False),
+    sa.Column("cron", sa.Text),
+    sa.Column("every_seconds", sa.Integer),
+    sa.Column("timezone", sa.Text, nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("priority", sa.SmallInteger, nullable=False),
+    sa.Column("ttl_seconds", sa.Integer),
+    sa.Column("group_key", sa.Text),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("next_run_at", sa.DateTime(timezone=True)),
+    sa.Column("last_run_at", sa.DateTime(timezone=True)),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -37,6 +37,10 @@ from retsu.domain.message import Priority
 OVERFLOW_LABEL = "_overflow"
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # "text/plain; version=0.0.4; charset=utf-8"
 
+# How late a schedule's message is enqueued after its due time (SPEC §3.12): normally well
+# under a second; minutes to hours after an outage with no scheduler.
+SCHEDULE_LAG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+
 # Request latencies: sub-millisecond hot path up to a 20 s long poll.
 HTTP_DURATION_BUCKETS = (
     0.0005,
@@ -171,6 +175,23 @@ class Metrics:
             "queue_deliveries_throttled",
             "Dequeues that got fewer messages than they could have because of a limit.",
             ("queue_name", "reason"),
+            registry=r,
+        )
+
+        # -- schedules (SPEC §3.12) -------------------------------------------------
+        self._schedule_runs = Counter(
+            "queue_schedule_runs",
+            "Due times of schedules handled by the scheduler, by outcome: enqueued, missed "
+            "(passed while no scheduler ran: skipped), duplicate (its message was stored "
+            "already; nothing enqueued).",
+            ("queue_name", "outcome"),
+            registry=r,
+        )
+        self._schedule_lag = Histogram(
+            "queue_schedule_lag_seconds",
+            "From a schedule's due time to the enqueue of its message.",
+            ("queue_name",),
+            buckets=SCHEDULE_LAG_BUCKETS,
             registry=r,
         )
 
@@ -317,6 +338,16 @@ class Metrics:
     def throttled(self, queue_name: str, reason: str) -> None:
         """``reason``: max_in_flight, rate_limit or group_rate_limit (a fixed set)."""
         self._deliveries_throttled.labels(self.queue_label(queue_name), reason).inc()
+
+    # -- schedules (the ScheduleEvents port) ----------------------------------------
+
+    def schedule_ran(self, queue_name: str, outcome: str, lag_seconds: float) -> None:
+        label = self.queue_label(queue_name)
+        self._schedule_runs.labels(label, outcome).inc()
+        self._schedule_lag.labels(label).observe(lag_seconds)
+
+    def schedule_missed(self, queue_name: str, count: int) -> None:
+        self._schedule_runs.labels(self.queue_label(queue_name), "missed").inc(count)
 
     # -- consumer tracking (the ConsumerEvents port) ------------------------------
 

@@ -3,13 +3,15 @@
 Tables for people by default; ``--json`` prints the API's own JSON answer for that call
 (one page for lists; nothing for a ``204``). Exit status: 0 success, 1 an API error (its
 problem printed on stderr) or an unreachable server or a refused confirmation, 2 a usage
-error. Purge, deletes and bulk redrive ask for confirmation unless ``--yes``.
+error. Purge, deletes, bulk redrive and pausing a schedule (its due times meanwhile are
+skipped, never caught up) ask for confirmation unless ``--yes``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -20,15 +22,18 @@ import msgspec
 from retsu_client.cli.common import CONNECTION_HELP, Recorder, connection_options, print_error
 from retsu_client.cli.tables import fields, shorten, table
 from retsu_client.client import Client
-from retsu_client.errors import RetsuError
+from retsu_client.errors import RetsuError, ScheduleNotFound
 from retsu_client.models import (
     AuditEntry,
     Consumer,
     DeadLetter,
     HistoryPoint,
     Page,
+    Priority,
     Queue,
     QueueDetails,
+    Schedule,
+    ScheduleMessage,
     StoredMessage,
 )
 
@@ -244,6 +249,131 @@ def queues_delete(ctx: Context) -> int:
     ctx.client.delete_queue(queue)
     if not ctx.as_json:
         ctx.say(f"deleted queue {queue}")
+    return 0
+
+
+# --- schedules -----------------------------------------------------------------------------
+
+
+def _when(schedule: Schedule) -> str:
+    if schedule.cron is not None:
+        return schedule.cron
+    return f"every {schedule.every_seconds}s"
+
+
+def _schedule_row(schedule: Schedule) -> Sequence[Any]:
+    return (
+        schedule.name,
+        schedule.id,
+        _when(schedule),
+        schedule.timezone,
+        str(schedule.message.priority),
+        schedule.paused,
+        schedule.next_run_at,
+        schedule.last_run_at,
+    )
+
+
+def _schedule(ctx: Context, queue: str, ref: str) -> str:
+    """A schedule's id, from its id or its name (one walk over the queue's schedules)."""
+    try:
+        return str(uuid.UUID(ref))
+    except ValueError:
+        pass
+    for schedule in ctx.client.iter_schedules(queue):
+        if schedule.name == ref:
+            return schedule.id
+    raise ScheduleNotFound(f"Queue {queue} has no schedule named {ref!r}.", status=404)
+
+
+def _show_schedule(ctx: Context, schedule: Schedule) -> int:
+    if ctx.as_json:
+        ctx.raw()
+        return 0
+    message = schedule.message
+    ctx.say(
+        fields(
+            [
+                ("name", schedule.name),
+                ("id", schedule.id),
+                ("queue_id", schedule.queue_id),
+                ("when", _when(schedule)),
+                ("timezone", schedule.timezone),
+                ("paused", schedule.paused),
+                ("next_run_at", schedule.next_run_at),
+                ("last_run_at", schedule.last_run_at),
+                ("created_at", schedule.created_at),
+                ("priority", str(message.priority)),
+                ("ttl_seconds", message.ttl_seconds),
+                ("group", message.group),
+                ("payload", shorten(message.payload, 200)),
+            ]
+        )
+    )
+    return 0
+
+
+def schedules_list(ctx: Context) -> int:
+    args = ctx.args
+    headers = ["NAME", "ID", "WHEN", "TIMEZONE", "PRIORITY", "PAUSED", "NEXT_RUN", "LAST_RUN"]
+    return _listing(
+        ctx,
+        lambda c: ctx.client.list_schedules(args.queue, limit=args.limit, cursor=c),
+        headers,
+        _schedule_row,
+    )
+
+
+def schedules_show(ctx: Context) -> int:
+    args = ctx.args
+    schedule_id = _schedule(ctx, args.queue, args.schedule)
+    return _show_schedule(ctx, ctx.client.get_schedule(args.queue, schedule_id))
+
+
+def schedules_create(ctx: Context) -> int:
+    args = ctx.args
+    payload = ctx.stdin.read() if args.payload == "-" else args.payload
+    message = ScheduleMessage(
+        payload=payload, priority=Priority(args.priority), ttl_seconds=args.ttl, group=args.group
+    )
+    schedule = ctx.client.create_schedule(
+        args.queue,
+        args.name,
+        message,
+        cron=args.cron,
+        every_seconds=args.every,
+        timezone=args.timezone,
+        paused=True if args.paused else None,
+    )
+    return _show_schedule(ctx, schedule)
+
+
+def schedules_pause(ctx: Context) -> int:
+    args = ctx.args
+    schedule_id = _schedule(ctx, args.queue, args.schedule)
+    question = (
+        f"Pause schedule {args.schedule} of queue {args.queue}? Its due times are skipped "
+        "until it is resumed."
+    )
+    if not ctx.confirm(question):
+        return 1
+    return _show_schedule(ctx, ctx.client.pause_schedule(args.queue, schedule_id))
+
+
+def schedules_resume(ctx: Context) -> int:
+    args = ctx.args
+    schedule_id = _schedule(ctx, args.queue, args.schedule)
+    return _show_schedule(ctx, ctx.client.resume_schedule(args.queue, schedule_id))
+
+
+def schedules_delete(ctx: Context) -> int:
+    args = ctx.args
+    schedule_id = _schedule(ctx, args.queue, args.schedule)
+    if not ctx.confirm(f"Delete schedule {args.schedule} of queue {args.queue}?"):
+        return 1
+    ctx.client.delete_schedule(args.queue, schedule_id)
+    if not ctx.as_json:
+        ctx.say(f"deleted schedule {args.schedule}")
     return 0
 
 
@@ -609,6 +739,43 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = command(dsub, "delete", dead_letters_delete, "delete a dead letter")
     cmd.add_argument("queue")
     cmd.add_argument("id")
+    yes(cmd)
+
+    schedules = groups.add_parser("schedules", help="recurring messages of a queue")
+    ssub = schedules.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cmd = command(ssub, "list", schedules_list, "a queue's schedules by name")
+    cmd.add_argument("queue")
+    paging(cmd)
+    cmd = command(ssub, "show", schedules_show, "one schedule (by id or name)")
+    cmd.add_argument("queue")
+    cmd.add_argument("schedule")
+    cmd = command(
+        ssub,
+        "create",
+        schedules_create,
+        "a recurring message: --cron EXPR (in --timezone) or --every SECONDS",
+    )
+    cmd.add_argument("queue")
+    cmd.add_argument("name")
+    when = cmd.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help='five fields, e.g. "30 2 * * *"')
+    when.add_argument("--every", type=int, metavar="SECONDS", help="an interval (1-2592000)")
+    cmd.add_argument("--timezone", metavar="ZONE", help="IANA name for --cron (default UTC)")
+    cmd.add_argument("--payload", required=True, help="the payload text, or - to read stdin")
+    cmd.add_argument("--priority", choices=PRIORITIES, default="MEDIUM")
+    cmd.add_argument("--ttl", type=int, metavar="SECONDS", help="each message's lifetime")
+    cmd.add_argument("--group", help="each message's group")
+    cmd.add_argument("--paused", action="store_true", help="create it paused")
+    cmd = command(ssub, "pause", schedules_pause, "skip a schedule's due times until resumed")
+    cmd.add_argument("queue")
+    cmd.add_argument("schedule")
+    yes(cmd)
+    cmd = command(ssub, "resume", schedules_resume, "resume a schedule (due times from now)")
+    cmd.add_argument("queue")
+    cmd.add_argument("schedule")
+    cmd = command(ssub, "delete", schedules_delete, "delete a schedule (its messages stay)")
+    cmd.add_argument("queue")
+    cmd.add_argument("schedule")
     yes(cmd)
 
     cmd = command(groups, "consumers", consumers, "who consumes, and how recently")

@@ -33,6 +33,7 @@ from retsu.adapters.http.console.gate import (
     safe_next,
     see_other,
 )
+from retsu.adapters.http.console.schedules import ROUTES as SCHEDULE_ROUTES
 from retsu.adapters.http.console.session import ConsoleSessions
 from retsu.adapters.http.dependencies import Activity, Browsing, Cursors, DeadLetters, Queues
 from retsu.adapters.http.pages import (
@@ -761,6 +762,7 @@ ROUTES = [
     redrive_many,
     redrive_one,
     delete_dead_letter,
+    *SCHEDULE_ROUTES,
     consumers,
     audit_log,
     sign_in_page,
