@@ -63,7 +63,9 @@ def _script(name: str, module: str) -> list[str]:
 
 def _env(extra: dict[str, str], pythonpath: Sequence[str] = ()) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RETSU_", "BENCH_"))}
-    paths = [*pythonpath, str(ROOT)]
+    # The client from this checkout when it is not installed (CI installs only the
+    # server); a baseline copy given in ``pythonpath`` comes first and wins.
+    paths = [*pythonpath, str(ROOT), str(ROOT / "clients" / "python" / "src")]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)

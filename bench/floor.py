@@ -105,6 +105,7 @@ class FloorOps:
             visibility_timeout=system.visibility_timeout,
             elapsed_batch=s.dead_letter_batch_size,
             reason=s.dead_letter_reason,
+            consumer=None,
         )
         self._dequeue_many = s.dequeue.args(
             queue_id=system.queue_id,
@@ -112,6 +113,7 @@ class FloorOps:
             visibility_timeout=system.visibility_timeout,
             elapsed_batch=s.dead_letter_batch_size,
             reason=s.dead_letter_reason,
+            consumer=None,
         )
         self._batch_priorities = [PRIORITY_VALUES[i % 3] for i in range(system.batch_size)]
 
@@ -123,6 +125,8 @@ class FloorOps:
             priorities=[PRIORITY_VALUES[index % 3]],
             ttls=[DEFAULT_TTL_SECONDS],
             delays=[0],
+            groups=None,
+            schedule_ids=None,
         )
         await self._pool.execute(self._enqueue_sql, *args)
         return 1
@@ -136,6 +140,8 @@ class FloorOps:
             priorities=self._batch_priorities,
             ttls=[DEFAULT_TTL_SECONDS] * n,
             delays=[0] * n,
+            groups=None,
+            schedule_ids=None,
         )
         await self._pool.execute(self._enqueue_sql, *args)
         return n
@@ -152,6 +158,7 @@ class FloorOps:
             queue_id=self._queue_id,
             ids=[item[0] for item in items],
             handles=[item[1] for item in items],
+            results=None,
         )
         await self._pool.execute(self._ack.sql, *args)
 

@@ -149,12 +149,10 @@ async def every_operation(storage: PostgresStorage) -> None:
     assert await storage.messages.change_visibility(
         queue.id, Receipt(first.id, first.receipt_handle), 60
     )
-    assert (
-        await storage.messages.acknowledge(
-            queue.id, [Receipt(m.id, m.receipt_handle) for m in (first, second)]
-        )
-        == 2
+    acknowledged = await storage.messages.acknowledge(
+        queue.id, [Receipt(m.id, m.receipt_handle) for m in (first, second)]
     )
+    assert acknowledged.removed == 2
     replay = await storage.messages.enqueue_idempotent(queue.id, message(), "key", b"fp")
     assert replay.replayed is False
     assert await storage.queues.get_queue(queue.id) is not None

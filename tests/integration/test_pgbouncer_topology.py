@@ -443,7 +443,9 @@ async def test_one_collector_leads_on_its_session_and_the_other_takes_over_when_
     try:
         holders = await direct.fetch(
             "SELECT a.pid, a.application_name FROM pg_locks l "
-            "JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' AND l.granted"
+            "JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' AND l.granted "
+            # This test's database only: the server is shared with other test runs.
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
     finally:
         await direct.close()
