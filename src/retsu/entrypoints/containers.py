@@ -37,6 +37,7 @@ from retsu.adapters.postgres.consumers import PostgresConsumers
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
 from retsu.adapters.postgres.engine import check_database, create_engine
+from retsu.adapters.postgres.health import PostgresDatabaseHealth
 from retsu.adapters.postgres.history import PostgresHistory
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
@@ -56,6 +57,7 @@ from retsu.application.batch_worker import BatchSchedule, BatchWorker
 from retsu.application.browsing import BrowsingService
 from retsu.application.clean_dead_letters import CleanDeadLetters
 from retsu.application.clean_expired_messages import CleanExpiredMessages
+from retsu.application.database_health import DatabaseHealthService
 from retsu.application.dead_letters import DeadLetterService
 from retsu.application.messages import MessageService
 from retsu.application.ports import Clock, QueueRepository
@@ -212,6 +214,8 @@ class StorageContainer(containers.DeclarativeContainer):
     # Consumers (SPEC §3.7) and queue history (SPEC §3.8).
     consumers = providers.Singleton(PostgresConsumers, database)
     history = providers.Singleton(PostgresHistory, database)
+    # What holds back vacuum (SPEC §10): the collector's gauges, the console's banner.
+    database_health = providers.Singleton(PostgresDatabaseHealth, database)
     readiness = providers.Callable(check_database, engine)
     # The cursor-signing key made by `retsu migrate`, read once, on first use.
     secrets = providers.Singleton(PostgresServerSecrets, database)
@@ -252,6 +256,7 @@ class MemoryStorageContainer(containers.DeclarativeContainer):
     )
     consumers = providers.Singleton(_itself, database)
     history = providers.Singleton(_itself, database)
+    database_health = providers.Singleton(_itself, database)
     readiness = providers.Callable(_always_ready)
     secrets = providers.Singleton(RandomServerSecrets)
 
@@ -363,6 +368,7 @@ class UseCaseContainer(containers.DeclarativeContainer):
         signals=storage.message_signals,
     )
     browsing = providers.Singleton(BrowsingService, browser=storage.message_browser)
+    database_health = providers.Singleton(DatabaseHealthService, reader=storage.database_health)
     activity = providers.Singleton(
         ActivityService,
         consumers=storage.consumers,
@@ -481,6 +487,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         snapshots=state_snapshots,
         clock=core.clock,
         sleeper=sleeper,
+        database_health=storage.database_health,
         schedule=providers.Factory(
             CollectorSchedule,
             collection_interval_seconds=settings.provided.worker.queue.state_metrics_collector.collection_interval_seconds,
