@@ -9,6 +9,7 @@ from datetime import datetime
 from retsu.application.ports import DatabaseHealthReader
 from retsu.domain.database_health import (
     HORIZON_WARNING_SECONDS,
+    HolderKey,
     HorizonHolder,
     since_first_seen,
 )
@@ -26,9 +27,8 @@ class DatabaseHealthService:
     ) -> None:
         self._reader = reader
         self._threshold = threshold_seconds
-        # Holders whose start storage cannot tell, dated from this process's first sight of
-        # them (as the collector does).
-        self._first_seen: dict[tuple[str, str, int | None, int], datetime] = {}
+        # When this process first saw each holder hold its xid (as the collector does).
+        self._first_seen: dict[HolderKey, datetime] = {}
 
     async def horizon_warning(self) -> HorizonWarning | None:
         """The holder to name when the horizon has been held for more than the threshold

@@ -17,8 +17,9 @@ SPEC §5 tells apart how a refresh can fail:
 With a ``DatabaseHealthReader`` the leader also reads the database's health after each
 refresh (SPEC §10) and publishes it beside the state. That read is advisory: one that fails
 is logged and exports nothing until the next one succeeds; it never ends leadership.
-Holders whose start storage cannot tell (a replication slot, a standby's feedback) are
-dated from when this leader first saw them (``domain.database_health.since_first_seen``).
+Each holder is dated no later than when this leader first saw it hold the same xid (a
+replication slot or a standby's feedback has no start in storage at all;
+``domain.database_health.since_first_seen``).
 
 Competing while the database cannot be reached (``DatabaseUnavailable``) is logged and
 tried again at the retry interval. A database error at start-up is the runner's: it
@@ -42,7 +43,7 @@ from retsu.application.ports import (
     Sleeper,
     StateSnapshots,
 )
-from retsu.domain.database_health import since_first_seen
+from retsu.domain.database_health import HolderKey, since_first_seen
 from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.state import StateSnapshot
 
@@ -86,8 +87,8 @@ class StateMetricsCollector:
         self._sleeper = sleeper
         self._schedule = schedule
         self._database_health = database_health
-        # When each horizon holder of unknown start was first seen (this leadership only).
-        self._first_seen: dict[tuple[str, str, int | None, int], datetime] = {}
+        # When each horizon holder was first seen holding its xid (this leadership only).
+        self._first_seen: dict[HolderKey, datetime] = {}
         self.is_leader = False
         self.refreshes = 0
         self.leaderships_lost = 0

@@ -53,6 +53,10 @@ HORIZON_WARNING_SECONDS: Final = 300.0
 HOLDER_LIMIT: Final = 10
 
 
+# Who holds which xid (kind, name, pid, xid): the same key on two reads is the same hold.
+HolderKey = tuple[str, str, int | None, int]
+
+
 class HolderKind(enum.StrEnum):
     SESSION = "session"
     PREPARED_TRANSACTION = "prepared_transaction"
@@ -84,8 +88,7 @@ class HorizonHolder:
         return max((now - self.since).total_seconds(), 0.0)
 
     @property
-    def key(self) -> tuple[str, str, int | None, int]:
-        """Who holds which xid: the same key on two reads is the same hold."""
+    def key(self) -> HolderKey:
         return (self.kind.value, self.name, self.pid, self.xid)
 
 
@@ -145,14 +148,14 @@ class DatabaseHealth:
 
 
 def since_first_seen(
-    health: DatabaseHealth, first_seen: Mapping[tuple[str, str, int | None, int], datetime]
-) -> tuple[DatabaseHealth, dict[tuple[str, str, int | None, int], datetime]]:
+    health: DatabaseHealth, first_seen: Mapping[HolderKey, datetime]
+) -> tuple[DatabaseHealth, dict[HolderKey, datetime]]:
     """``health`` with each holder dated no later than when it was first seen holding the
     same xid (``first_seen``, from earlier reads; a holder storage could not date is dated
     from there), and the sightings to keep for the next read. A holder that moved its xid
     (a standby's feedback, a new statement's snapshot) starts again; one that is gone is
     forgotten."""
-    seen: dict[tuple[str, str, int | None, int], datetime] = {}
+    seen: dict[HolderKey, datetime] = {}
     holders = []
     for holder in health.holders:
         sighted = first_seen.get(holder.key, health.taken_at)
