@@ -8,12 +8,14 @@ in a database of the test's own; nothing else on the server is touched.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import asyncpg
@@ -252,3 +254,40 @@ async def test_the_collector_leader_exports_the_gauges_and_they_move_with_a_held
         )
         log = await asyncio.to_thread(Path(worker.process.log_path).read_text)
         assert "reading the database health failed" not in log
+
+
+# -- the storage parameters of the table-storage migration ---------------------------------
+
+
+def _table_storage_migration() -> ModuleType:
+    (path,) = (Path(__file__).parents[2] / "migrations" / "versions").glob("*_table_storage.py")
+    spec = importlib.util.spec_from_file_location("retsu_table_storage_migration", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_queue_tables_carry_their_storage_parameters(database_url: str) -> None:
+    """Migration 0011's parameters, on top of 0001's (fillfactor 80 and early vacuum of
+    queue_message), as PostgreSQL reports them after `retsu migrate`."""
+    wanted: dict[str, dict[str, Any]] = _table_storage_migration().STORAGE
+    connection = await asyncpg.connect(plain_url(database_url))
+    try:
+        rows = await connection.fetch(
+            "SELECT relname, reloptions FROM pg_class "
+            "WHERE relname = ANY($1::text[]) AND relkind = 'r'",
+            list(wanted),
+        )
+    finally:
+        await connection.close()
+    found = {
+        row["relname"]: dict(option.split("=", 1) for option in row["reloptions"] or ())
+        for row in rows
+    }
+    assert set(found) == set(wanted)
+    for table, parameters in wanted.items():
+        for name, value in parameters.items():
+            assert float(found[table][name]) == float(value), (table, name)
+    assert found["queue_message"]["fillfactor"] == "80"  # 0001's, kept
+    assert found["queue_state_rollup"]["fillfactor"] == "20"
