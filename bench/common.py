@@ -151,6 +151,61 @@ async def retsu_reset(connection: asyncpg.Connection) -> None:
     await connection.execute("VACUUM queue_message")
 
 
+# -- a held xmin horizon (SPEC §10) ---------------------------------------------
+
+HELD_HORIZON_APPLICATION = "bench-held-horizon"
+
+
+class HeldHorizon:
+    """A transaction held open in a system's own database for a whole scenario:
+    ``BEGIN; SELECT txid_current();`` on a connection of its own (application_name
+    ``bench-held-horizon``), rolled back at the end. It has an xid, so until it ends vacuum
+    can remove no row version of that database deleted or updated after it began: every
+    claimed and acknowledged message stays behind as a dead row. (Since PostgreSQL 14 a
+    transaction holds back only its own database's cleanup, so other databases of the
+    server are not slowed down.)"""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = plain_url(database_url)
+        self._connection: asyncpg.Connection | None = None
+        self.xid: int | None = None
+        self.pid: int | None = None
+
+    async def __aenter__(self) -> HeldHorizon:
+        self._connection = await asyncpg.connect(
+            self._url, server_settings={"application_name": HELD_HORIZON_APPLICATION}
+        )
+        self.pid = self._connection.get_server_pid()
+        await self._connection.execute("BEGIN")
+        self.xid = int(await self._connection.fetchval("SELECT txid_current()"))
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._connection is not None:
+            try:
+                await self._connection.execute("ROLLBACK")
+            finally:
+                await self._connection.close()
+
+
+# PostgreSQL's backends publish their table statistics at most once a second.
+STATISTICS_DELAY_SECONDS = 1.2
+
+
+async def dead_rows(database_url: str) -> int:
+    """Dead row versions in every table of a system's database (pg_stat_user_tables), read
+    once the backends have published their latest statistics."""
+    await asyncio.sleep(STATISTICS_DELAY_SECONDS)
+    connection = await asyncpg.connect(plain_url(database_url))
+    try:
+        total = await connection.fetchval(
+            "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables"
+        )
+    finally:
+        await connection.close()
+    return int(total)
+
+
 # -- monitors -----------------------------------------------------------------
 
 

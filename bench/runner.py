@@ -8,6 +8,7 @@ minutes apart at most on a machine whose background load drifts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench import consumers, scenarios
-from bench.common import CpuUse, CpuWindow, Databases, RssSampler
+from bench.common import CpuUse, CpuWindow, Databases, HeldHorizon, RssSampler, dead_rows
 from bench.floor import FloorSystem
 from bench.minimal_system import MinimalSystem
 from bench.pgqueuer_system import PgQueuerSystem
@@ -94,15 +95,29 @@ async def run_one(
             total = cfg.drain_batch if batch else cfg.drain_single
             return await system.drain(cfg, system.batch_size if batch else 1, total, window)
         return await scenarios.drain(system, cfg, batch, scenario, window)
-    if scenario in ("backlog-1k", "backlog-100k", "delayed-head"):
+    if scenario in ("backlog-1k", "backlog-100k", "delayed-head", "held-horizon"):
         backlog = cfg.backlog_large if scenario == "backlog-100k" else cfg.backlog_small
         # delayed-head: backlog-1k with delayed HIGH messages ahead of the backlog.
         delayed = cfg.delayed_head if scenario == "delayed-head" else 0
-        if isinstance(system, PgQueuerSystem):
-            return await system.steady(cfg, backlog, scenario, window, delayed=delayed)
-        return await scenarios.steady(
-            system, cfg, backlog, scenario, system.prefill, window, delayed=delayed
-        )
+        url = system.database_url
+        async with contextlib.AsyncExitStack() as held:
+            # held-horizon: backlog-1k with a transaction held open in the system's database
+            # from before the backlog is filled to after the window (SPEC §10).
+            horizon = None
+            if scenario == "held-horizon":
+                horizon = await held.enter_async_context(HeldHorizon(url))
+            if isinstance(system, PgQueuerSystem):
+                result = await system.steady(cfg, backlog, scenario, window, delayed=delayed)
+            else:
+                result = await scenarios.steady(
+                    system, cfg, backlog, scenario, system.prefill, window, delayed=delayed
+                )
+            if scenario in ("backlog-1k", "held-horizon"):
+                # Read before the transaction ends: what it kept vacuum from removing.
+                result.extra["dead_rows"] = await dead_rows(url)
+            if horizon is not None:
+                result.notes.append(f"transaction xid {horizon.xid} held open all along")
+        return result
     if scenario == "mixed":
         enqueue_peak = peaks.get(f"{system.key}:enqueue-1")
         if enqueue_peak is None:  # no enqueue-1 this run: measure the peak briefly first

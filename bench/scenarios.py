@@ -38,6 +38,7 @@ SCENARIOS = (
     "backlog-1k",
     "backlog-100k",
     "delayed-head",
+    "held-horizon",
     "mixed",
     "consumer-1",
     "consumer-10",
@@ -51,6 +52,8 @@ TITLES = {
     "backlog-1k": "dequeue + ack (1 per request), backlog ~1,000",
     "backlog-100k": "dequeue + ack (1 per request), backlog ~100,000",
     "delayed-head": "dequeue + ack (1 per request), backlog ~1,000 behind 30,000 delayed",
+    "held-horizon": "dequeue + ack (1 per request), backlog ~1,000, a transaction held open "
+    "in the database all along",
     "mixed": "mixed: paced producers + consumers at half the peak",
     "consumer-1": "consumer runner vs consumer runner, concurrency 1 (PgQueuer batch 1), "
     "no-op handler, draining a backlog",
@@ -76,6 +79,7 @@ class Ops(Protocol):
 class System(Protocol):
     key: str  # "retsu", "floor", "pgqueuer"
     name: str
+    database_url: str  # the system's own database (the held-horizon scenario holds it)
     batch_size: int
 
     async def new_queue(self) -> None: ...

@@ -160,3 +160,30 @@ async def test_the_consumer_runners_drain_a_backlog(
             await pgq.stop()
     finally:
         await retsu.stop()
+
+
+async def test_the_held_horizon_holds_an_xid_in_the_systems_database_until_it_ends(
+    bench_database: str,
+) -> None:
+    """The held-horizon scenario's transaction (SPEC §10): Retsu's own health reader names
+    it while it is held, and it is gone after."""
+    from bench.common import HELD_HORIZON_APPLICATION, HeldHorizon, plain_url
+
+    from retsu.adapters.postgres.database import Database
+    from retsu.adapters.postgres.engine import create_engine
+    from retsu.adapters.postgres.health import PostgresDatabaseHealth
+
+    engine = create_engine(bench_database, max_connections=1)
+    reader = PostgresDatabaseHealth(Database(engine))
+    try:
+        async with HeldHorizon(plain_url(bench_database)) as held:
+            health = await reader.read_database_health()
+            (holder,) = [h for h in health.holders if h.name == HELD_HORIZON_APPLICATION]
+            assert holder.pid == held.pid
+            # Its snapshot's xmin, or its own xid (txid_current() is 64-bit, epoch included).
+            assert held.xid is not None and holder.xid <= held.xid % 2**32
+            assert holder.state == "idle in transaction"
+        health = await reader.read_database_health()
+        assert [h for h in health.holders if h.name == HELD_HORIZON_APPLICATION] == []
+    finally:
+        await engine.dispose()

@@ -20,6 +20,7 @@ from retsu.adapters.telemetry.metrics import OVERFLOW_LABEL, Metrics
 from retsu.adapters.telemetry.state_metrics import StateMetricsExporter
 from retsu.application.state_collector import CollectorSchedule, StateMetricsCollector
 from retsu.domain.audit import AuditAction, AuditEntry, Caller
+from retsu.domain.database_health import DatabaseHealth
 from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.message import MessageToStore, Priority
 from retsu.domain.queue import Queue, QueueSettings
@@ -48,6 +49,9 @@ class RecordingSnapshots:
     def publish(self, snapshot: StateSnapshot) -> None:
         self.events.append("publish")
         self.snapshots.append(snapshot)
+
+    def publish_database_health(self, health: DatabaseHealth | None) -> None:
+        self.events.append("health")
 
     def collection_finished(self, outcome: str, duration_seconds: float) -> None:
         assert duration_seconds >= 0

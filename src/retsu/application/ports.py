@@ -14,6 +14,7 @@ from uuid import UUID
 from retsu.domain.audit import AuditAction, AuditEntry, AuditRecord
 from retsu.domain.browsing import BrowseState, MessageBatch, MessagePosition, StoredMessage
 from retsu.domain.consumer import ConsumerPosition, ConsumerRecord, ConsumerSighting, SeenBetween
+from retsu.domain.database_health import DatabaseHealth
 from retsu.domain.groups import GroupPosition, GroupState, GroupSummary
 from retsu.domain.history import HistoryPoint
 from retsu.domain.idempotency import IdempotentEnqueued
@@ -460,7 +461,23 @@ class StateSnapshots(Protocol):
 
     def publish(self, snapshot: StateSnapshot) -> None: ...
 
+    def publish_database_health(self, health: DatabaseHealth | None) -> None:
+        """The leader's latest database health read (SPEC §10); None: the last read failed,
+        export nothing rather than an old value."""
+        ...
+
     def collection_finished(self, outcome: str, duration_seconds: float) -> None: ...
+
+
+class DatabaseHealthReader(Protocol):
+    """What holds back vacuum in the database (SPEC §10, ``domain/database_health.py``)."""
+
+    async def read_database_health(self) -> DatabaseHealth:
+        """One consistent read: the oldest open transaction of this database, what holds
+        back its xmin horizon (sessions of this database, prepared transactions, replication
+        slots; oldest xmin first, at most ``HOLDER_LIMIT``; the reader's own session left
+        out), and the dead rows and last autovacuum of each of Retsu's tables."""
+        ...
 
 
 class SignalWatch(Protocol):

@@ -14,6 +14,13 @@ SPEC §5 tells apart how a refresh can fail:
   the process exits non-zero (raised to the runner), so a stale leader never keeps
   exporting gauges while another takes over.
 
+With a ``DatabaseHealthReader`` the leader also reads the database's health after each
+refresh (SPEC §10) and publishes it beside the state. That read is advisory: one that fails
+is logged and exports nothing until the next one succeeds; it never ends leadership.
+Each holder is dated no later than when this leader first saw it hold the same xid (a
+replication slot or a standby's feedback has no start in storage at all;
+``domain.database_health.since_first_seen``).
+
 Competing while the database cannot be reached (``DatabaseUnavailable``) is logged and
 tried again at the retry interval. A database error at start-up is the runner's: it
 checks the database before the collector starts and exits non-zero.
@@ -25,15 +32,18 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from retsu.application.ports import (
     Clock,
+    DatabaseHealthReader,
     LeaderSession,
     Leadership,
     LeadershipLost,
     Sleeper,
     StateSnapshots,
 )
+from retsu.domain.database_health import HolderKey, since_first_seen
 from retsu.domain.errors import DatabaseUnavailable
 from retsu.domain.state import StateSnapshot
 
@@ -69,12 +79,16 @@ class StateMetricsCollector:
         clock: Clock,
         sleeper: Sleeper,
         schedule: CollectorSchedule,
+        database_health: DatabaseHealthReader | None = None,
     ) -> None:
         self._leadership = leadership
         self._snapshots = snapshots
         self._clock = clock
         self._sleeper = sleeper
         self._schedule = schedule
+        self._database_health = database_health
+        # When each horizon holder was first seen holding its xid (this leadership only).
+        self._first_seen: dict[HolderKey, datetime] = {}
         self.is_leader = False
         self.refreshes = 0
         self.leaderships_lost = 0
@@ -107,6 +121,7 @@ class StateMetricsCollector:
                 continue
             finally:
                 self.is_leader = False
+                self._first_seen = {}
                 self._snapshots.leadership_released()
                 await self._release(session)
             await self._sleeper.sleep(retry)
@@ -149,3 +164,17 @@ class StateMetricsCollector:
         self._snapshots.publish(StateSnapshot(taken_at=self._clock.now(), priorities=tuple(state)))
         self._snapshots.collection_finished(SUCCESS, time.perf_counter() - started)
         self.refreshes += 1
+        await self._read_database_health()
+
+    async def _read_database_health(self) -> None:
+        if self._database_health is None:
+            return
+        try:
+            async with asyncio.timeout(self._schedule.refresh_timeout):
+                health = await self._database_health.read_database_health()
+        except Exception:
+            log.warning("reading the database health failed", exc_info=True)
+            self._snapshots.publish_database_health(None)
+            return
+        health, self._first_seen = since_first_seen(health, self._first_seen)
+        self._snapshots.publish_database_health(health)

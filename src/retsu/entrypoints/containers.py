@@ -38,6 +38,7 @@ from retsu.adapters.postgres.consumers import PostgresConsumers
 from retsu.adapters.postgres.database import Database
 from retsu.adapters.postgres.dead_letters import PostgresDeadLetters
 from retsu.adapters.postgres.engine import check_database, create_engine
+from retsu.adapters.postgres.health import PostgresDatabaseHealth
 from retsu.adapters.postgres.history import PostgresHistory
 from retsu.adapters.postgres.leadership import AdvisoryLockLeadership
 from retsu.adapters.postgres.maintenance import PostgresMaintenance
@@ -58,6 +59,7 @@ from retsu.application.batch_worker import BatchSchedule, BatchWorker
 from retsu.application.browsing import BrowsingService
 from retsu.application.clean_dead_letters import CleanDeadLetters
 from retsu.application.clean_expired_messages import CleanExpiredMessages
+from retsu.application.database_health import DatabaseHealthService
 from retsu.application.dead_letters import DeadLetterService
 from retsu.application.messages import MessageService
 from retsu.application.ports import Clock, QueueRepository
@@ -218,6 +220,8 @@ class StorageContainer(containers.DeclarativeContainer):
     history = providers.Singleton(PostgresHistory, database)
     # Schedules (SPEC §3.12): an operator's changes and the scheduler's runs.
     schedules = providers.Singleton(PostgresSchedules, database)
+    # What holds back vacuum (SPEC §10): the collector's gauges, the console's banner.
+    database_health = providers.Singleton(PostgresDatabaseHealth, database)
     readiness = providers.Callable(check_database, engine)
     # The cursor-signing key made by `retsu migrate`, read once, on first use.
     secrets = providers.Singleton(PostgresServerSecrets, database)
@@ -259,6 +263,7 @@ class MemoryStorageContainer(containers.DeclarativeContainer):
     consumers = providers.Singleton(_itself, database)
     history = providers.Singleton(_itself, database)
     schedules = providers.Singleton(_itself, database)
+    database_health = providers.Singleton(_itself, database)
     readiness = providers.Callable(_always_ready)
     secrets = providers.Singleton(RandomServerSecrets)
 
@@ -377,6 +382,7 @@ class UseCaseContainer(containers.DeclarativeContainer):
         ids=core.ids,
         calendar=providers.Object(CRON_CALENDAR),
     )
+    database_health = providers.Singleton(DatabaseHealthService, reader=storage.database_health)
     activity = providers.Singleton(
         ActivityService,
         consumers=storage.consumers,
@@ -495,6 +501,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         snapshots=state_snapshots,
         clock=core.clock,
         sleeper=sleeper,
+        database_health=storage.database_health,
         schedule=providers.Factory(
             CollectorSchedule,
             collection_interval_seconds=settings.provided.worker.queue.state_metrics_collector.collection_interval_seconds,

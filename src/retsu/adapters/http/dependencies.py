@@ -11,6 +11,7 @@ from litestar.di import NamedDependency
 from retsu.adapters.http.cursors import Cursors as CursorCodec
 from retsu.application.activity import ActivityService
 from retsu.application.browsing import BrowsingService
+from retsu.application.database_health import DatabaseHealthService
 from retsu.application.dead_letters import DeadLetterService
 from retsu.application.messages import MessageService
 from retsu.application.queues import QueueService
@@ -22,4 +23,5 @@ DeadLetters = NamedDependency[DeadLetterService]
 Browsing = NamedDependency[BrowsingService]
 Activity = NamedDependency[ActivityService]
 Schedules = NamedDependency[ScheduleService]
+Health = NamedDependency[DatabaseHealthService]
 Cursors = NamedDependency[CursorCodec]

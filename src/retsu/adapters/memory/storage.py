@@ -12,6 +12,7 @@ from __future__ import annotations
 from retsu.adapters.memory.audit_log import AuditLogPart
 from retsu.adapters.memory.browsing import BrowsingPart
 from retsu.adapters.memory.consumers import ConsumersPart
+from retsu.adapters.memory.database_health import DatabaseHealthPart
 from retsu.adapters.memory.dead_letters import DeadLettersPart
 from retsu.adapters.memory.history import HistoryPart
 from retsu.adapters.memory.maintenance import MaintenancePart
@@ -32,7 +33,9 @@ class MemoryStorage(
     ConsumersPart,
     HistoryPart,
     SchedulesPart,
+    DatabaseHealthPart,
 ):
     """Implements QueueRepository, QueueStateReader, MessageRepository, MessageBrowser,
     DeadLetterRepository, AuditLog, Maintenance, ConsumerStore, ConsumerMaintenance,
-    QueueHistoryReader, HistoryMaintenance, ScheduleRepository and ScheduleRunner."""
+    QueueHistoryReader, HistoryMaintenance, ScheduleRepository, ScheduleRunner and
+    DatabaseHealthReader."""

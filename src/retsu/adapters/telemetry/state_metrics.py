@@ -1,4 +1,5 @@
-"""State gauges of the collector leader, served from an in-memory snapshot.
+"""State gauges of the collector leader, served from an in-memory snapshot: queue state
+(SPEC §5, §7) and database health (SPEC §10).
 
 Nothing here touches the database: a scrape reads the last snapshot the leader
 published. The gauges are registered only when this process first becomes
@@ -18,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from retsu.adapters.telemetry.metrics import Metrics
 from retsu.application.ports import Clock
+from retsu.domain.database_health import DatabaseHealth
 from retsu.domain.state import StateSnapshot
 
 COLLECTION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -70,6 +72,37 @@ class _StateGauges(Collector):
                 oldest_in_flight.add_metric(labels, oldest_f)
             age.add_metric((), self._exporter.snapshot_age_seconds())
         yield from (ready, in_flight, oldest_ready, oldest_in_flight, age)
+        yield from _health_gauges(self._exporter.database_health)
+
+
+def _health_gauges(health: DatabaseHealth | None) -> Iterable[GaugeMetricFamily]:
+    """SPEC §10's four gauges; empty families until the leader's first read (or after a
+    failed one), like the state gauges before the first snapshot."""
+    oldest = GaugeMetricFamily(
+        "db_oldest_transaction_age_seconds",
+        "Age of the oldest open transaction in Retsu's database (sessions and prepared "
+        "transactions); 0 when none.",
+    )
+    horizon = GaugeMetricFamily(
+        "db_xmin_horizon_age_seconds",
+        "How long the oldest snapshot holding back cleanup (the xmin horizon) of Retsu's "
+        "database has been held; 0 when nothing holds it back.",
+    )
+    dead = GaugeMetricFamily(
+        "db_table_dead_rows", "Dead row versions in each of Retsu's tables.", labels=("table",)
+    )
+    vacuumed = GaugeMetricFamily(
+        "db_table_last_autovacuum_age_seconds",
+        "Seconds since autovacuum last processed each of Retsu's tables; +Inf when never.",
+        labels=("table",),
+    )
+    if health is not None:
+        oldest.add_metric((), health.oldest_transaction_age_seconds)
+        horizon.add_metric((), health.xmin_horizon_age_seconds)
+        for table in health.tables:
+            dead.add_metric((table.table,), table.dead_rows)
+            vacuumed.add_metric((table.table,), table.last_autovacuum_age_seconds(health.taken_at))
+    yield from (oldest, horizon, dead, vacuumed)
 
 
 class StateMetricsExporter:
@@ -79,6 +112,7 @@ class StateMetricsExporter:
         self.metrics = metrics
         self._clock = clock
         self.snapshot: StateSnapshot | None = None
+        self.database_health: DatabaseHealth | None = None
         self.leading = False
         self._registered = False
         self._collections: Counter | None = None
@@ -107,9 +141,13 @@ class StateMetricsExporter:
     def leadership_released(self) -> None:
         self.leading = False
         self.snapshot = None
+        self.database_health = None
 
     def publish(self, snapshot: StateSnapshot) -> None:
         self.snapshot = snapshot
+
+    def publish_database_health(self, health: DatabaseHealth | None) -> None:
+        self.database_health = health
 
     def collection_finished(self, outcome: str, duration_seconds: float) -> None:
         if self._collections is not None and self._duration is not None:

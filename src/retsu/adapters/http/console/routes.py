@@ -35,7 +35,14 @@ from retsu.adapters.http.console.gate import (
 )
 from retsu.adapters.http.console.schedules import ROUTES as SCHEDULE_ROUTES
 from retsu.adapters.http.console.session import ConsoleSessions
-from retsu.adapters.http.dependencies import Activity, Browsing, Cursors, DeadLetters, Queues
+from retsu.adapters.http.dependencies import (
+    Activity,
+    Browsing,
+    Cursors,
+    DeadLetters,
+    Health,
+    Queues,
+)
 from retsu.adapters.http.pages import (
     audit_log_page,
     consumers_page,
@@ -179,10 +186,15 @@ async def overview(
     queues: Queues,
     activity: Activity,
     cursors: Cursors,
+    database_health: Health,
     cursor: Text = None,
 ) -> Template:
     rows, next_cursor = await _overview(queues, activity, cursors, cursor)
-    return page(ctx, "overview.html", rows=rows, next_cursor=next_cursor, cursor=cursor)
+    # SPEC §10: a banner naming whatever has held back vacuum for more than 5 minutes.
+    horizon = await database_health.horizon_warning()
+    return page(
+        ctx, "overview.html", rows=rows, next_cursor=next_cursor, cursor=cursor, horizon=horizon
+    )
 
 
 @get("/fragments/overview")
