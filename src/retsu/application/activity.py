@@ -124,9 +124,7 @@ class ActivityService:
         width = bucket_seconds(query.minutes, self._collection_interval)
         now = self._clock.now()
         since = window_start(now, query.minutes, width)
-        points = await self._history.read_history(
-            query.queue_id, since=since, bucket_seconds=width
-        )
+        points = await self._history.read_history(query.queue_id, since=since, bucket_seconds=width)
         return History(interval_seconds=width, points=points, since=since, until=now)
 
     async def audit_log(
