@@ -8,6 +8,7 @@ into docs/console/screenshots/.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +172,9 @@ async def test_overview_lists_every_queue_and_refreshes_itself(
     orders = _cells(_row(page, "orders"))
     # Queue, state, ready, in flight, delayed, dead letters, oldest ready age.
     assert orders[1:6] == ["active", "10", "2", "1", "0"]
-    assert _cells(_row(page, "emails"))[1] == "paused"
+    emails = _cells(_row(page, "emails"))
+    # An empty queue has no oldest-ready age ("—", never "0 s").
+    assert emails[1] == "paused" and emails[6] == "—"
     assert _cells(_row(page, "payments"))[5] == "6"
     aligned = [align for _, align in _row(page, "orders")]
     assert aligned[:8] == ["left", "left", *["right"] * 6]  # numbers right-aligned
@@ -181,6 +184,9 @@ async def test_overview_lists_every_queue_and_refreshes_itself(
     WebDriverWait(page, 5, ignored_exceptions=swapped).until(
         lambda d: "updated" in d.find_element(By.CSS_SELECTOR, "[data-live-indicator]").text
     )
+    # 24-hour UTC like every other time on the page, whatever the browser's locale.
+    indicator = page.find_element(By.CSS_SELECTOR, "[data-live-indicator]").text
+    assert re.fullmatch(r"Live · updated ([01]\d|2[0-3]):[0-5]\d:[0-5]\d UTC", indicator), indicator
     screenshot(page, "overview")
 
     # A marker on the window: gone if the page reloaded, kept if only the table changed.
@@ -280,7 +286,16 @@ async def test_the_message_browser_tabs_filter_page_detail_and_delete(
     payload = page.find_element(By.CSS_SELECTOR, "pre[data-payload]").text
     assert payload.startswith('{\n  "order": ')
     screenshot(page, "message")
-    _click(page, 'form[action$="/delete"] button')
+    # Delete asks first, naming the one message; nothing is gone until it is confirmed.
+    _click(page, 'a[href*="/delete?back="]')
+    confirm = page.find_element(By.CSS_SELECTOR, '[data-confirm="delete-message"]')
+    assert confirm.find_element(By.CSS_SELECTOR, "[data-confirm-count]").text == "1"
+    assert expected[0] in confirm.text
+    screenshot(page, "message-delete")
+    async with server.api() as api:
+        still = await api.get(f"/v1/queues/{queues.orders}/messages/{expected[0]}")
+    assert still.status_code == 200
+    _click(page, 'main form[action$="/delete"] button[type="submit"]')
     assert _notice(page) == "Message deleted."
     assert "state=ready" in page.current_url and "priority=MEDIUM" in page.current_url
     async with server.api() as api:
@@ -339,11 +354,17 @@ async def test_dead_letters_redrive_one_in_bulk_and_delete(
     stats = (await _stats(server, queues.payments))["stats"]
     assert (stats["dead_letters"], stats["ready"]) == (5, 1)
 
-    _click(page, 'tbody tr:first-child form[action$="/delete"] button')
+    # Delete one: a confirmation page first.
+    _click(page, 'tbody tr:first-child a[href$="/delete"]')
+    assert "Delete this dead letter?" in page.find_element(By.TAG_NAME, "h2").text
+    assert (await _stats(server, queues.payments))["stats"]["dead_letters"] == 5
+    _click(page, 'main form[action$="/delete"] button[type="submit"]')
     assert _notice(page) == "Dead letter deleted."
     assert (await _stats(server, queues.payments))["stats"]["dead_letters"] == 4
 
-    limit = page.find_element(By.ID, "limit")
+    # Redrive in bulk: the confirmation states the dry run's count; a wrong limit is shown
+    # next to its field there.
+    limit = page.find_element(By.ID, "redrive-limit")
     limit.clear()
     limit.send_keys("1001")
     _click(page, 'form[action$="/dead-letters/redrive"] button')
@@ -353,7 +374,10 @@ async def test_dead_letters_redrive_one_in_bulk_and_delete(
     limit = page.find_element(By.ID, "limit")
     limit.clear()
     limit.send_keys("3")
-    _click(page, 'form[action$="/dead-letters/redrive"] button')
+    _click(page, 'form[method="get"] button[type="submit"]')
+    assert page.find_element(By.CSS_SELECTOR, "[data-confirm-count]").text == "3"
+    assert (await _stats(server, queues.payments))["stats"]["dead_letters"] == 4
+    _click(page, 'form[method="post"][action$="/dead-letters/redrive"] button[type="submit"]')
     assert _notice(page) == "Redrove 3 dead letters, oldest first."
     stats = (await _stats(server, queues.payments))["stats"]
     assert (stats["dead_letters"], stats["ready"]) == (1, 4)
@@ -402,6 +426,9 @@ async def test_consumers_and_charts(page: Driver, server: ConsoleServer, queues:
 
     WebDriverWait(page, 30, poll_frequency=1).until(charted)
     assert len(page.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2
+    # A young queue's chart spans the minutes it has history for, not an empty hour.
+    covers = page.find_element(By.CSS_SELECTOR, "[data-covers]").text
+    assert "this queue has history for, of the 1 h window" in covers, covers
     screenshot(page, "queue-charts")
     page.get(server.url(f"/console/queues/{queues.orders}?window=7d"))
     assert (

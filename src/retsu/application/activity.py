@@ -122,12 +122,10 @@ class ActivityService:
         week fits in a few hundred points (``domain.history``)."""
         await self._details.details_of(query.queue_id)  # raises QueueNotFound
         width = bucket_seconds(query.minutes, self._collection_interval)
-        points = await self._history.read_history(
-            query.queue_id,
-            since=window_start(self._clock.now(), query.minutes, width),
-            bucket_seconds=width,
-        )
-        return History(interval_seconds=width, points=points)
+        now = self._clock.now()
+        since = window_start(now, query.minutes, width)
+        points = await self._history.read_history(query.queue_id, since=since, bucket_seconds=width)
+        return History(interval_seconds=width, points=points, since=since, until=now)
 
     async def audit_log(
         self, query: ListAuditLogQuery, after: AuditPosition | None = None

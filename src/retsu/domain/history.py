@@ -76,6 +76,10 @@ class HistoryPoint:
 class History:
     interval_seconds: int
     points: list[HistoryPoint]
+    # The window the points were read from, by the reader's clock (None: not said). A
+    # chart spans it, whatever the clock of the process drawing it.
+    since: datetime | None = None
+    until: datetime | None = None
 
 
 def bucket_seconds(minutes: int, collection_interval_seconds: float) -> int:

@@ -106,13 +106,27 @@ async def test_every_page_renders(client: Client, new_queue: NewQueue) -> None:
     queue = (await new_queue("orders", max_delivery_attempts=1))["id"]
     await dead_letters(client, queue, 1)
     letter = (await client.get(f"/v1/queues/{queue}/dead-letters")).json()["items"][0]["id"]
+    message = (
+        await client.post(f"/v1/queues/{queue}/messages", json={"payload": "{}", "priority": "LOW"})
+    ).json()["id"]
     for path in (
         "/console/",
         "/console/fragments/overview",
+        "/console/queues/new",
         f"/console/queues/{queue}",
         f"/console/queues/{queue}/purge",
+        f"/console/queues/{queue}/delete",
+        f"/console/queues/{queue}/messages",
+        f"/console/queues/{queue}/messages?state=completed",
+        f"/console/queues/{queue}/messages/{message}",
+        f"/console/queues/{queue}/messages/{message}/delete",
+        f"/console/queues/{queue}/messages/delete",
+        f"/console/queues/{queue}/groups",
         f"/console/queues/{queue}/dead-letters",
         f"/console/queues/{queue}/dead-letters/{letter}",
+        f"/console/queues/{queue}/dead-letters/{letter}/delete",
+        f"/console/queues/{queue}/dead-letters/delete",
+        f"/console/queues/{queue}/dead-letters/redrive",
         "/console/audit",
         f"/console/audit?queue_id={queue}&action=queue.created",
     ):
@@ -243,15 +257,31 @@ async def test_dead_letters_redrive_one_bulk_and_delete(
     page = f"/console/queues/{queue}/dead-letters"
     letters = [d["id"] for d in (await client.get(f"/v1/{page[9:]}")).json()["items"]]
 
-    response = await submit(client, f"{page}/{letters[0]}/redrive", page=page)
+    # Redrive one is one click (nothing is lost); delete one asks first.
+    response = await submit(client, f"{page}/{letters[0]}/redrive", page=f"{page}/{letters[0]}")
     assert response.status_code == 303
-    response = await submit(client, f"{page}/{letters[1]}/delete", page=page)
+    confirm = await client.get(f"{page}/{letters[1]}/delete")
+    assert "<strong data-confirm-count>1</strong> dead letter" in confirm.text
+    assert (await client.get(f"/v1/queues/{queue}")).json()["stats"]["dead_letters"] == 4
+    response = await client.post(
+        f"{page}/{letters[1]}/delete", data={"csrf_token": csrf_of(confirm)}
+    )
     assert response.status_code == 303
-    response = await submit(client, f"{page}/redrive", {"limit": "0"}, page=page)
-    assert response.status_code == 400
-    assert "limit must be between 1 and 1000, got 0." in response.text
-    response = await submit(client, f"{page}/redrive", {"limit": "2"}, page=page)
-    assert response.headers["location"].endswith("notice=redriven_many&n=2")
+
+    # Bulk redrive: a confirmation with the dry run's count, the limit judged by the use case.
+    refused = await client.get(f"{page}/redrive", params={"limit": "0"})
+    assert refused.status_code == 400
+    assert 'data-code="invalid_limit"' in refused.text
+    assert "limit must be between 1 and 1000, got 0." in refused.text
+    confirm = await client.get(f"{page}/redrive", params={"limit": "2"})
+    assert confirm.status_code == 200
+    assert '<strong class="confirm-count" data-confirm-count>2</strong>' in confirm.text
+    assert await audit(client, "dead_letter.redriven") != []  # the single one only
+    assert len(await audit(client, "dead_letter.redriven")) == 1  # a dry run is no action
+    response = await client.post(
+        f"{page}/redrive", data={"csrf_token": csrf_of(confirm), "limit": "2"}
+    )
+    assert response.headers["location"].endswith("notice=redriven_many&n=2&of=2")
 
     stats = (await client.get(f"/v1/queues/{queue}")).json()["stats"]
     assert (stats["dead_letters"], stats["ready"]) == (1, 3)
@@ -260,7 +290,7 @@ async def test_dead_letters_redrive_one_bulk_and_delete(
     assert [e["target_id"] for e in await audit(client, "dead_letter.deleted")] == [letters[1]]
 
     # A record that is gone: the use case's 404, as a page.
-    response = await submit(client, f"{page}/{letters[1]}/delete", page=page)
+    response = await submit(client, f"{page}/{letters[1]}/delete", page=f"{page}/{letters[2]}")
     assert response.status_code == 404
     assert "dead_letter_not_found" in response.text
 
@@ -297,7 +327,18 @@ async def test_the_message_browser_filters_pages_shows_and_deletes(
     assert "{\n  &#34;n&#34;: 2,\n  &#34;tags&#34;: [\n    &#34;a&#34;," in detail.text
 
     back = f"{base}?state=ready"
-    response = await submit(client, f"{base}/{target}/delete", {"back": back}, page=back)
+    # Delete asks first, naming the message; the list links to that page, not to the action.
+    listed_page = await client.get(back)
+    assert f'href="{base}/{target}/delete?back=' in listed_page.text
+    confirm = await client.get(f"{base}/{target}/delete", params={"back": back})
+    assert confirm.status_code == 200
+    assert (
+        "<strong data-confirm-count>1</strong> message" in confirm.text and target in confirm.text
+    )
+    assert (await client.get(f"/v1/queues/{queue}/messages/{target}")).status_code == 200
+    response = await client.post(
+        f"{base}/{target}/delete", data={"csrf_token": csrf_of(confirm), "back": back}
+    )
     assert response.status_code == 303
     assert response.headers["location"] == f"{back}&notice=message_deleted"
     gone = await client.get(f"/v1/queues/{queue}/messages/{target}")
@@ -306,11 +347,12 @@ async def test_the_message_browser_filters_pages_shows_and_deletes(
     assert [(e["target_id"], e["actor"]) for e in deleted] == [(target, "anonymous")]
     # The back link cannot lead elsewhere.
     other = listed[1]["id"]
+    confirm_page = f"{base}/{other}/delete"
     response = await submit(
-        client, f"{base}/{other}/delete", {"back": "https://evil.example/"}, page=base
+        client, confirm_page, {"back": "https://evil.example/"}, page=confirm_page
     )
     assert response.headers["location"] == f"{base}?notice=message_deleted"
-    response = await submit(client, f"{base}/{other}/delete", page=base)
+    response = await submit(client, confirm_page, page=f"{base}/{listed[2]['id']}/delete")
     assert response.status_code == 404 and "message_not_found" in response.text
 
 
@@ -344,11 +386,20 @@ async def test_consumers_health_and_history_charts(
     )
     assert cells == ["1"]
     assert overview.text.count('<svg class="spark"') == 2
-    for window in ("1h", "24h", "7d", "nonsense"):
+    for window in ("1h", "nonsense"):
         page = await client.get(f"/console/queues/{queue}", params={"window": window})
         assert page.status_code == 200
         assert page.text.count('<svg class="chart"') == 2
-        assert 'class="series s-enqueued"' in page.text or 'class="s-enqueued"' in page.text
+        assert 'class="series s-enqueued"' in page.text
+        # 15 s of history: the axis spans those 15 s (seconds shown), not an empty hour.
+        assert "the 15 s this queue has history for, of the 1 h window" in page.text
+        assert '<text x="46.0" y="184" text-anchor="start">00:00:00</text>' in page.text
+    for window in ("24h", "7d"):
+        # Both snapshots fall in one point of these windows: nothing to draw a line with.
+        page = await client.get(f"/console/queues/{queue}", params={"window": window})
+        assert page.status_code == 200
+        assert '<svg class="chart"' not in page.text
+        assert "Collecting… one point so far in this window" in page.text
     clock.advance(400)
     offline = await client.get("/console/consumers", params={"health": "offline"})
     assert '<span class="badge danger">offline</span>' in offline.text
@@ -586,18 +637,33 @@ async def test_a_read_session_sees_everything_and_changes_nothing(auth_client: C
     assert 'disabled aria-disabled="true" title="Token “ops-viewer” has the read scope' in page.text
     assert (await client.get("/console/audit")).status_code == 200
     token = csrf_of(page)
+    # The way to every destructive action is a disabled button saying why, never a link.
+    for path in ("/purge", "/delete"):
+        assert f'href="/console/queues/{queue}{path}"' not in page.text
+    overview = await client.get("/console/")
+    assert 'href="/console/queues/new"' not in overview.text
+    assert 'disabled aria-disabled="true" title="Token “ops-viewer”' in overview.text
+    letters = await client.get(f"/console/queues/{queue}/dead-letters")
+    assert letters.text.count('disabled aria-disabled="true"') >= 2  # redrive / delete matching
     for path, data in (
         (f"/console/queues/{queue}/pause", {}),
         (f"/console/queues/{queue}/messages/{MISSING_ID}/delete", {}),
         (f"/console/queues/{queue}/purge", {"confirm_name": "q"}),
+        (f"/console/queues/{queue}/delete", {"confirm_name": "q"}),
         (f"/console/queues/{queue}/settings", {"visibility_timeout_seconds": "9"}),
+        (f"/console/queues/{queue}/settings", {"max_in_flight": ""}),
         (f"/console/queues/{queue}/dead-letters/redrive", {"limit": "5"}),
+        (f"/console/queues/{queue}/dead-letters/delete", {"limit": "5"}),
+        (f"/console/queues/{queue}/messages/delete", {"limit": "5"}),
+        ("/console/queues", {"name": "sneaky"}),
     ):
         response = await client.post(path, data={"csrf_token": token, **data})
         assert response.status_code == 403, path
         assert "may look at everything but change nothing" in response.text
     found = (await client.get(f"/v1/queues/{queue}", headers=AS_ADMIN)).json()
     assert found["paused"] is False and found["visibility_timeout_seconds"] == 30
+    named = await client.get("/v1/queues", params={"name": "sneaky"}, headers=AS_ADMIN)
+    assert named.json()["items"] == []
     entries = (await client.get("/v1/audit-log", headers=AS_ADMIN)).json()["items"]
     assert [e["action"] for e in entries] == ["queue.created"]
 

@@ -2,8 +2,8 @@
 
 A chart is a few polylines over a time axis; colours come from the stylesheet (each series
 has the class ``s-<key>``), so dark mode recolours them. The x axis spans the whole window
-asked for: a queue younger than the window draws only on the right, a gap in the data
-(no snapshots while no collector ran) stays a gap.
+asked for (the caller starts it at the first snapshot when the history is younger than the
+window); a gap in the data (no snapshots while no collector ran) stays a gap.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from markupsafe import Markup, escape
 
@@ -101,10 +101,17 @@ def line_chart(
             f'<text x="{left - 6}" y="{level + 4:.1f}" text-anchor="end">'
             f"{_number(peak * fraction)}</text>"
         )
-    long_window = span > 2 * 86_400
+    # Times in UTC, 24-hour, as everywhere in the console; seconds when the axis spans a
+    # few minutes only (a young queue's), the day when it spans days.
+    if span > 2 * 86_400:
+        time_format = "%a %d %H:%M"
+    elif span < 600:
+        time_format = "%H:%M:%S"
+    else:
+        time_format = "%H:%M"
     for fraction, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
-        moment = start + timedelta(seconds=span * fraction)
-        text = moment.strftime("%a %d %H:%M") if long_window else moment.strftime("%H:%M")
+        moment = (start + timedelta(seconds=span * fraction)).astimezone(UTC)
+        text = moment.strftime(time_format)
         parts.append(
             f'<text x="{left + plot_w * fraction:.1f}" y="{height - 6}" '
             f'text-anchor="{anchor}">{text}</text>'

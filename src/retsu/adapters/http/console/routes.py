@@ -1,10 +1,12 @@
 """The console's pages and forms (SPEC §3.9).
 
 Every handler takes the same services as the JSON routes (``adapters/http/routes``), lists
-through the same pages (``adapters/http/pages.py``) and builds the same commands with the
-same ``caller``: the rules, the audit rows and the errors are the API's. A form answers
-with a ``303`` to the page that shows the result (post/redirect/get), with a short notice
-in the address.
+through the same pages (``adapters/http/pages.py``, and ``lists.py`` for the searchable
+ones) and builds the same commands with the same ``caller``: the rules, the audit rows and
+the errors are the API's. A form answers with a ``303`` to the page that shows the result
+(post/redirect/get), with a short notice in the address (``notices.py``). Every action
+that destroys something is a ``GET`` confirmation page first, saying what it will do and to
+how many, and a ``POST`` from that page.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from litestar.response import Template
 from markupsafe import Markup
 
 from retsu.adapters.http.caller import caller_of
+from retsu.adapters.http.console.bulk import ROUTES as BULK_ROUTES
 from retsu.adapters.http.console.charts import Series, line_chart, sparkline
-from retsu.adapters.http.console.forms import SETTING_LABELS, SETTINGS, SettingsForm
+from retsu.adapters.http.console.forms import SECTIONS, SettingsForm
 from retsu.adapters.http.console.gate import (
     PUBLIC,
     ROOT,
@@ -33,6 +36,17 @@ from retsu.adapters.http.console.gate import (
     safe_next,
     see_other,
 )
+from retsu.adapters.http.console.lifecycle import ROUTES as LIFECYCLE_ROUTES
+from retsu.adapters.http.console.lists import (
+    SearchForm,
+    dead_letters_list,
+    groups_list,
+    messages_list,
+    parse_priority,
+    parse_state,
+)
+from retsu.adapters.http.console.notices import notice_text
+from retsu.adapters.http.console.notices import queue_path as _queue_path
 from retsu.adapters.http.console.schedules import ROUTES as SCHEDULE_ROUTES
 from retsu.adapters.http.console.session import ConsoleSessions
 from retsu.adapters.http.dependencies import (
@@ -46,16 +60,11 @@ from retsu.adapters.http.dependencies import (
 from retsu.adapters.http.pages import (
     audit_log_page,
     consumers_page,
-    dead_letters_page,
-    messages_page,
     queues_page,
 )
 from retsu.application.activity import ActivityService, QueueHistoryQuery, QueueSummary
 from retsu.application.browsing import DeleteMessageCommand
-from retsu.application.dead_letters import (
-    DeadLetterCommand,
-    RedriveDeadLettersCommand,
-)
+from retsu.application.dead_letters import DeadLetterCommand
 from retsu.application.queues import (
     QueueCommand,
     QueueService,
@@ -63,11 +72,14 @@ from retsu.application.queues import (
     UpdateQueueCommand,
 )
 from retsu.domain.audit import AuditAction
+from retsu.domain.browsing import BrowseState
 from retsu.domain.consumer import ConsumerHealth
 from retsu.domain.errors import InvalidInput
+from retsu.domain.groups import GroupState
 from retsu.domain.history import History
 from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT
 from retsu.domain.queue import Queue
+from retsu.domain.search import BULK_LIMIT, DEFAULT_BULK_LIMIT
 
 PAGE_SIZE: Final = 50
 # How many queues the audit log's queue filter offers by name.
@@ -80,33 +92,6 @@ PathId = Annotated[UUID, PathParameter()]
 Text = Annotated[str | None, QueryParameter()]
 # ``state`` is a name Litestar keeps for itself: the parameter takes another.
 StateText = Annotated[str | None, QueryParameter(name="state")]
-
-NOTICES: Final = {
-    "paused": "Queue paused: consumers get nothing until it is resumed.",
-    "resumed": "Queue resumed.",
-    "purged": "Purged {n} messages.",
-    "saved": "Settings saved.",
-    "unchanged": "Nothing to save: every setting already has that value.",
-    "redriven": "Dead letter redriven: it is back on the queue as a new message.",
-    "redriven_many": "Redrove {n} dead letters, oldest first.",
-    "dead_letter_deleted": "Dead letter deleted.",
-    "message_deleted": "Message deleted.",
-    "signed_out": "Signed out.",
-}
-
-
-def notice_text(notice: str | None, n: str | None) -> str | None:
-    template = NOTICES.get(notice or "")
-    if template is None:
-        return None
-    count = int(n) if n is not None and n.isdigit() and len(n) < 10 else 0
-    return template.format(n=f"{count:,}")
-
-
-def _queue_path(queue_id: UUID, tail: str = "", **query: object) -> str:
-    path = f"{ROOT}/queues/{queue_id}{tail}"
-    params = {k: str(v) for k, v in query.items() if v is not None}
-    return path + ("?" + urlencode(params) if params else "")
 
 
 def _live_messages(found: QueueWithStats) -> int:
@@ -188,12 +173,20 @@ async def overview(
     cursors: Cursors,
     database_health: Health,
     cursor: Text = None,
+    notice: Text = None,
+    name: Text = None,
 ) -> Template:
     rows, next_cursor = await _overview(queues, activity, cursors, cursor)
     # SPEC §10: a banner naming whatever has held back vacuum for more than 5 minutes.
     horizon = await database_health.horizon_warning()
     return page(
-        ctx, "overview.html", rows=rows, next_cursor=next_cursor, cursor=cursor, horizon=horizon
+        ctx,
+        "overview.html",
+        rows=rows,
+        next_cursor=next_cursor,
+        cursor=cursor,
+        horizon=horizon,
+        notice=notice_text(notice, name=name),
     )
 
 
@@ -222,15 +215,35 @@ class Charts:
     throughput: Markup
     interval: int
     points: int
+    # The start of the x axis: the window's, or the first snapshot's when the history is
+    # younger than the window (a young queue's chart spans the minutes it has, not an empty
+    # hour with a line squeezed against its right edge).
+    start: datetime
+    end: datetime
+    # The history covers less than the window (``start`` is the first snapshot).
+    partial: bool
+
+    @property
+    def collecting(self) -> bool:
+        """Too little to draw: a line needs two snapshots."""
+        return self.points < 2
+
+    @property
+    def covered_seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
 
 
 async def _charts(activity: Activity, queue: Queue, window: str) -> Charts:
     minutes = next((m for key, _, m in WINDOWS if key == window), 60)
     history = await activity.history(QueueHistoryQuery(queue.id, minutes))
-    end = datetime.now(UTC)
-    start = end - timedelta(minutes=minutes)
+    end = history.until or datetime.now(UTC)
+    window_start = history.since or end - timedelta(minutes=minutes)
     times = [point.at for point in history.points]
     interval = history.interval_seconds
+    # Snapshots reach back to the window's start give or take one interval: the whole
+    # window. Else the axis starts at the first snapshot.
+    partial = bool(times) and times[0] - window_start > timedelta(seconds=max(interval, 1) * 2)
+    start = times[0] if partial else window_start
     return Charts(
         depth=line_chart(
             times,
@@ -250,6 +263,9 @@ async def _charts(activity: Activity, queue: Queue, window: str) -> Charts:
         ),
         interval=history.interval_seconds,
         points=len(history.points),
+        start=start,
+        end=end,
+        partial=partial,
     )
 
 
@@ -271,11 +287,11 @@ async def _queue_page(
         queue=found.queue,
         stats=found.stats,
         form=form or SettingsForm.of(found.queue),
-        settings=SETTINGS,
-        labels=SETTING_LABELS,
+        sections=SECTIONS,
         notice=notice,
         charts=await _charts(activity, found.queue, window),
         window=window,
+        window_label=next(label for key, label, _ in WINDOWS if key == window),
         windows=[(key, label) for key, label, _ in WINDOWS],
         depth_series=_depth(History(0, [])),
         throughput_series=_throughput(History(0, [])),
@@ -292,9 +308,12 @@ async def queue_page(
     window: Text = None,
     notice: Text = None,
     n: Text = None,
+    name: Text = None,
 ) -> Template:
     found = await queues.get(queue_id)
-    return await _queue_page(ctx, found, activity, window=window, notice=notice_text(notice, n))
+    return await _queue_page(
+        ctx, found, activity, window=window, notice=notice_text(notice, n, name=name)
+    )
 
 
 @post("/queues/{queue_id:str}/settings")
@@ -368,15 +387,21 @@ async def purge(
     return see_other(ctx, _queue_path(queue_id, notice="purged", n=purged))
 
 
-# -- the message browser (SPEC §3.6) -------------------------------------------------------
+# -- the message browser (SPEC §3.6, §3.11) ------------------------------------------------
 
 STATES: Final = (
     ("", "All live"),
     ("ready", "Ready"),
     ("in_flight", "In flight"),
     ("delayed", "Delayed"),
+    ("completed", "Completed"),
 )
 PRIORITIES: Final = ("", "HIGH", "MEDIUM", "LOW")
+
+
+def _with_query(path: str, params: dict[str, str]) -> str:
+    given = {k: v for k, v in params.items() if v}
+    return path + ("?" + urlencode(given) if given else "")
 
 
 @get("/queues/{queue_id:str}/messages")
@@ -388,40 +413,58 @@ async def messages(
     cursors: Cursors,
     message_state: StateText = None,
     priority: Text = None,
+    group: Text = None,
+    match: Text = None,
     cursor: Text = None,
     notice: Text = None,
+    n: Text = None,
+    of: Text = None,
 ) -> Template:
     found = await queues.get(queue_id)
     # An empty filter (the "all" choice of a form) means no filter; anything else is
-    # judged as the API judges it (invalid_state, invalid_priority, invalid_cursor).
-    listed = await messages_page(
-        browsing,
-        cursors,
-        queue_id,
-        state=message_state or None,
-        priority=priority or None,
-        limit=PAGE_SIZE,
-        cursor=cursor or None,
-    )
-    filters = {"state": message_state or "", "priority": priority or ""}
-    here = _queue_path(queue_id, "/messages", **{k: v for k, v in filters.items() if v})
-    if cursor:
-        here += ("&" if "?" in here else "?") + urlencode({"cursor": cursor})
+    # judged as the API judges it (invalid_state, invalid_priority, invalid_cursor). The
+    # search fields' errors (invalid_group, invalid_match) are shown next to the fields.
+    state = parse_state(message_state)
+    wanted_priority = parse_priority(priority)
+    search = SearchForm.read(group, match)
+    filters = {
+        "state": message_state or "",
+        "priority": priority or "",
+        **search.params(),
+    }
+    items, next_cursor = [], None
+    if search.valid:
+        listed = await messages_list(
+            browsing,
+            cursors,
+            queue_id,
+            state=state,
+            priority=wanted_priority,
+            search=search,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
+        items, next_cursor = listed.items, listed.next_cursor
+    base = _queue_path(queue_id, "/messages")
+    here = _with_query(base, {**filters, "cursor": cursor or ""})
     return page(
         ctx,
         "messages.html",
+        status=200 if search.valid else 400,
         queue=found.queue,
         stats=found.stats,
-        items=listed.items,
-        next_cursor=listed.next_cursor,
+        items=items,
+        next_cursor=next_cursor,
         cursor=cursor,
         state=filters["state"],
         priority=filters["priority"],
+        search=search,
         filters=filters,
         states=STATES,
         priorities=PRIORITIES,
         here=here,
-        notice=notice_text(notice, None),
+        bulk_delete=_with_query(base + "/delete", filters),
+        notice=notice_text(notice, n, of=of),
         tab="messages",
     )
 
@@ -445,13 +488,41 @@ async def message(
 ) -> Template:
     found = await queues.get(queue_id)
     item = await browsing.get(queue_id, message_id)
+    retention = found.queue.settings.completed_retention_seconds
+    completed = item.state is BrowseState.COMPLETED
     return page(
         ctx,
         "message.html",
         queue=found.queue,
         item=item,
+        completed=completed,
+        kept_until=(
+            item.completed_at + timedelta(seconds=retention)
+            if completed and item.completed_at is not None and retention
+            else None
+        ),
         back=_messages_list(queue_id, back),
         tab="messages",
+    )
+
+
+@get("/queues/{queue_id:str}/messages/{message_id:str}/delete")
+async def confirm_delete_message(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    queues: Queues,
+    browsing: Browsing,
+    back: Text = None,
+) -> Template:
+    found = await queues.get(queue_id)
+    item = await browsing.get(queue_id, message_id)
+    return page(
+        ctx,
+        "message_delete.html",
+        queue=found.queue,
+        item=item,
+        back=_messages_list(queue_id, back),
     )
 
 
@@ -472,62 +543,100 @@ async def delete_message(
     return see_other(ctx, f"{back}{separator}notice=message_deleted")
 
 
+# -- groups (SPEC §3.10) -------------------------------------------------------------------
+
+GROUP_STATES: Final = (("", "All"), *((s.value, s.value.capitalize()) for s in GroupState))
+# A head delivered this many times (or on its last allowed attempt) stands out: its lane
+# waits behind a message that keeps failing or timing out.
+STUCK_HEAD_ATTEMPTS: Final = 3
+
+
+def head_stuck(attempts: int, max_delivery_attempts: int) -> bool:
+    return attempts >= 2 and attempts >= min(STUCK_HEAD_ATTEMPTS, max_delivery_attempts)
+
+
+@get("/queues/{queue_id:str}/groups")
+async def groups(
+    ctx: Ctx,
+    queue_id: PathId,
+    queues: Queues,
+    browsing: Browsing,
+    cursors: Cursors,
+    group_state: Annotated[str | None, QueryParameter(name="state")] = None,
+    cursor: Text = None,
+) -> Template:
+    found = await queues.get(queue_id)
+    state = GroupState.parse(group_state) if group_state else None
+    listed = await groups_list(
+        browsing, cursors, queue_id, state=state, limit=PAGE_SIZE, cursor=cursor or None
+    )
+    limit = found.queue.settings.max_delivery_attempts
+    return page(
+        ctx,
+        "groups.html",
+        queue=found.queue,
+        stats=found.stats,
+        groups=listed.items,
+        stuck={g.group for g in listed.items if head_stuck(g.head_delivery_attempts, limit)},
+        next_cursor=listed.next_cursor,
+        cursor=cursor,
+        state=group_state or "",
+        states=GROUP_STATES,
+        stuck_attempts=min(STUCK_HEAD_ATTEMPTS, limit),
+        tab="groups",
+    )
+
+
 # -- dead letters --------------------------------------------------------------------------
 
 
-async def _dead_letters_page(
-    ctx: ConsoleContext,
-    queue_id: UUID,
-    queues: Queues,
-    dead_letters: DeadLetters,
-    cursors: Cursors,
-    *,
-    cursor: str | None = None,
-    notice: str | None = None,
-    limit_text: str = str(DEFAULT_REDRIVE_LIMIT),
-    limit_error: str | None = None,
-    status: int = 200,
-) -> Template:
-    found = await queues.get(queue_id)
-    records = await dead_letters_page(
-        dead_letters, cursors, queue_id, limit=PAGE_SIZE, cursor=cursor
-    )
-    return page(
-        ctx,
-        "dead_letters.html",
-        status=status,
-        queue=found.queue,
-        stats=found.stats,
-        records=records.items,
-        next_cursor=records.next_cursor,
-        cursor=cursor,
-        notice=notice,
-        limit_text=limit_text,
-        limit_error=limit_error,
-        redrive_limit=REDRIVE_LIMIT,
-        tab="dead_letters",
-    )
-
-
 @get("/queues/{queue_id:str}/dead-letters")
-async def dead_letters_list(
+async def dead_letters_page(
     ctx: Ctx,
     queue_id: PathId,
     queues: Queues,
     dead_letters: DeadLetters,
     cursors: Cursors,
+    group: Text = None,
+    match: Text = None,
     cursor: Text = None,
     notice: Text = None,
     n: Text = None,
+    of: Text = None,
 ) -> Template:
-    return await _dead_letters_page(
+    found = await queues.get(queue_id)
+    search = SearchForm.read(group, match)
+    records, next_cursor = [], None
+    if search.valid:
+        listed = await dead_letters_list(
+            dead_letters,
+            cursors,
+            queue_id,
+            search=search,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
+        records, next_cursor = listed.items, listed.next_cursor
+    base = _queue_path(queue_id, "/dead-letters")
+    filters = search.params()
+    return page(
         ctx,
-        queue_id,
-        queues,
-        dead_letters,
-        cursors,
+        "dead_letters.html",
+        status=200 if search.valid else 400,
+        queue=found.queue,
+        stats=found.stats,
+        records=records,
+        next_cursor=next_cursor,
         cursor=cursor,
-        notice=notice_text(notice, n),
+        search=search,
+        filters=filters,
+        here=_with_query(base, {**filters, "cursor": cursor or ""}),
+        notice=notice_text(notice, n, of=of),
+        redrive_limit=REDRIVE_LIMIT,
+        default_redrive_limit=DEFAULT_REDRIVE_LIMIT,
+        bulk_limit=BULK_LIMIT,
+        default_bulk_limit=DEFAULT_BULK_LIMIT,
+        tab="dead_letters",
     )
 
 
@@ -544,44 +653,6 @@ async def dead_letter(
     return page(ctx, "dead_letter.html", queue=found.queue, record=record, tab="dead_letters")
 
 
-@post("/queues/{queue_id:str}/dead-letters/redrive")
-async def redrive_many(
-    ctx: Ctx,
-    request: Request[Any, Any, Any],
-    queue_id: PathId,
-    queues: Queues,
-    dead_letters: DeadLetters,
-    cursors: Cursors,
-) -> Response[Any]:
-    text = str((await request.form()).get("limit", "")).strip()
-    try:
-        limit = int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
-        if limit is None:
-            raise InvalidInput(
-                f"limit must be a whole number from {REDRIVE_LIMIT.low} to {REDRIVE_LIMIT.high}.",
-                code=REDRIVE_LIMIT.code,
-            )
-        redriven = (
-            await dead_letters.redrive_many(
-                RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller_of(request))
-            )
-        ).count
-    except InvalidInput as error:
-        return await _dead_letters_page(
-            ctx,
-            queue_id,
-            queues,
-            dead_letters,
-            cursors,
-            limit_text=text,
-            limit_error=error.detail,
-            status=400,
-        )
-    return see_other(
-        ctx, _queue_path(queue_id, "/dead-letters", notice="redriven_many", n=redriven)
-    )
-
-
 @post("/queues/{queue_id:str}/dead-letters/{message_id:str}/redrive")
 async def redrive_one(
     ctx: Ctx,
@@ -594,6 +665,19 @@ async def redrive_one(
         DeadLetterCommand(queue_id=queue_id, message_id=message_id, caller=caller_of(request))
     )
     return see_other(ctx, _queue_path(queue_id, "/dead-letters", notice="redriven"))
+
+
+@get("/queues/{queue_id:str}/dead-letters/{message_id:str}/delete")
+async def confirm_delete_dead_letter(
+    ctx: Ctx,
+    queue_id: PathId,
+    message_id: PathId,
+    queues: Queues,
+    dead_letters: DeadLetters,
+) -> Template:
+    found = await queues.get(queue_id)
+    record = await dead_letters.get(queue_id, message_id)
+    return page(ctx, "dead_letter_delete.html", queue=found.queue, record=record)
 
 
 @post("/queues/{queue_id:str}/dead-letters/{message_id:str}/delete")
@@ -760,19 +844,23 @@ def not_found_page(ctx: ConsoleContext) -> Template:
 ROUTES = [
     overview,
     overview_fragment,
+    *LIFECYCLE_ROUTES,
     queue_page,
     save_settings,
     pause,
     resume,
     confirm_purge,
     purge,
+    *BULK_ROUTES,
     messages,
     message,
+    confirm_delete_message,
     delete_message,
-    dead_letters_list,
+    groups,
+    dead_letters_page,
     dead_letter,
-    redrive_many,
     redrive_one,
+    confirm_delete_dead_letter,
     delete_dead_letter,
     *SCHEDULE_ROUTES,
     consumers,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from itertools import accumulate
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from jinja2 import Environment
@@ -50,6 +50,20 @@ def duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes} min {secs} s" if secs else f"{minutes} min"
     return f"{secs} s"
+
+
+def oldest_ready(stats: Any) -> str:
+    """A queue's oldest-ready age, or "—" when nothing is ready (the stats say 0 then,
+    which reads as a message that has waited 0 s)."""
+    return duration(stats.oldest_ready_age_seconds) if stats.ready else "—"
+
+
+def took(start: datetime | None, end: datetime | None) -> str:
+    """How long from ``start`` to ``end`` (an attempt's delivery to its end)."""
+    if start is None or end is None:
+        return "—"
+    seconds = (end - start).total_seconds()
+    return f"{seconds:.1f} s" if seconds < 10 else duration(seconds)
 
 
 def utc(moment: datetime | None) -> str:
@@ -121,6 +135,8 @@ def register_filters(environment: Environment) -> None:
     environment.filters.update(
         number=number,
         duration=duration,
+        oldest_ready=oldest_ready,
+        took=took,
         utc=utc,
         stamp=stamp,
         iso=iso,

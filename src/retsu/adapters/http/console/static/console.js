@@ -6,14 +6,20 @@
   "use strict";
   var INTERVAL_MS = 5000;
 
+  // 24-hour UTC, as every other time in the console ("15:42:14 UTC"), whatever the
+  // browser's locale and time zone.
+  function utcTime(moment) {
+    return moment.toISOString().slice(11, 19) + " UTC";
+  }
+
   function stamp(indicator, ok) {
     if (!indicator) return;
     var now = new Date();
     indicator.classList.toggle("on", ok);
     indicator.classList.toggle("stale", !ok);
     indicator.textContent = ok
-      ? "Live · updated " + now.toLocaleTimeString()
-      : "Live refresh failed at " + now.toLocaleTimeString() + "; retrying";
+      ? "Live · updated " + utcTime(now)
+      : "Live refresh failed at " + utcTime(now) + "; retrying";
   }
 
   function start(region) {
