@@ -10,6 +10,7 @@ from litestar import Request, Response, post
 from litestar.params import JSONBody
 
 from retsu.adapters.http.auth import CONSUMER
+from retsu.adapters.http.departure import client_departure
 from retsu.adapters.http.dependencies import Messages
 from retsu.adapters.http.dto import (
     MAX_BATCH_SIZE,
@@ -36,7 +37,7 @@ from retsu.adapters.http.params import (
     consumer_of,
     idempotency_key_of,
 )
-from retsu.adapters.http.request_rules import RequestProblem
+from retsu.adapters.http.request_rules import ClientDisconnected, RequestProblem
 from retsu.application.messages import (
     AcknowledgeCommand,
     ChangeVisibilityCommand,
@@ -183,9 +184,14 @@ async def dequeue_messages(
             visibility_timeout_seconds=data.visibility_timeout_seconds,
             max_messages=data.max_messages,
         )
-    delivered = await messages.dequeue(
-        DequeueCommand(queue_id=queue_id, options=options, consumer=consumer)
-    )
+    # A client that goes away stops a long poll, and what was claimed for it is given back
+    # (SPEC §3.1; what cannot be told: departure.py).
+    async with client_departure(request) as gone:
+        delivered = await messages.dequeue(
+            DequeueCommand(queue_id=queue_id, options=options, consumer=consumer, client_gone=gone)
+        )
+    if not delivered and gone.is_set():
+        raise ClientDisconnected  # 499, a DEBUG line: nobody reads this answer
     if options.max_messages is not None:
         return Response(MessagesOut(messages=[message_out(m) for m in delivered]))
     if not delivered:
