@@ -9,7 +9,10 @@ connection is lost — a FIN from the client (its process stopped or was killed:
 closes its sockets) or a reset. The body is read whole before the task starts (the route's
 ``data`` was parsed from it already), so the watcher never takes a byte of it; and it is
 cancelled before the handler returns, so the ``http.disconnect`` uvicorn answers once the
-response is complete is never mistaken for the client leaving.
+response is complete is never mistaken for the client leaving. Its cost, one task per
+dequeue (created and cancelled): 12-18 µs on uvloop (best of 7 × 50,000 on the shared
+test machine), under 1 % of the ~3 ms of API CPU a dequeue + ack takes
+(docs/performance.md).
 
 What cannot be told (a delivery then stays claimed until its lease ends, its attempt
 counted, as when a consumer dies after receiving a message):
