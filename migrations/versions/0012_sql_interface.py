@@ -121,8 +121,10 @@ SELECT '"' || CASE
                 WHEN pg_catalog.ascii(t.c[1]) < 65536 THEN
                     '\\u' || pg_catalog.lpad(pg_catalog.to_hex(pg_catalog.ascii(t.c[1])), 4, '0')
                 ELSE
-                    '\\u' || pg_catalog.to_hex(55296 + ((pg_catalog.ascii(t.c[1]) - 65536) >> 10))
-                    || '\\u' || pg_catalog.to_hex(56320 + ((pg_catalog.ascii(t.c[1]) - 65536) & 1023))
+                    '\\u' || pg_catalog.to_hex(
+                        55296 + ((pg_catalog.ascii(t.c[1]) - 65536) >> 10))
+                    || '\\u' || pg_catalog.to_hex(
+                        56320 + ((pg_catalog.ascii(t.c[1]) - 65536) & 1023))
             END, '' ORDER BY t.o)
         FROM pg_catalog.regexp_matches(p_text, '[ -~]+|[^ -~]', 'g') WITH ORDINALITY AS t(c, o))
 END || '"'
