@@ -144,16 +144,25 @@ SELECT pg_catalog.sha256(pg_catalog.convert_to(
 $$;
 
 -- A UUIDv7 (RFC 9562) from the database clock: 48 bits of Unix milliseconds, the rest
--- random (a v4's random bits with the version nibble turned from 4 into 7).
+-- random (a v4's random bits with the version nibble turned from 4 into 7) — except the
+-- last five bits, which pick the message's counter row (retsu_shard): here the calling
+-- transaction's, the same for every message it enqueues. A transaction that enqueues many
+-- messages then holds one counter row per queue and priority, taken in the order it first
+-- enqueues to each, instead of rows all over the shards in random order, which deadlocked
+-- concurrent transactions of 100 enqueues each at once (measured: bench, enqueue-100).
+-- Consecutive transactions still spread over the 32 rows.
 CREATE FUNCTION {s}.retsu_uuid7() RETURNS uuid
-LANGUAGE sql VOLATILE PARALLEL SAFE
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
 AS $$
-SELECT pg_catalog.encode(pg_catalog.set_bit(pg_catalog.set_bit(
+SELECT pg_catalog.encode(pg_catalog.set_byte(u, 15,
+           (pg_catalog.get_byte(u, 15) & 224)
+           | (pg_catalog.txid_current() % 32)::integer), 'hex')::uuid
+FROM (SELECT pg_catalog.set_bit(pg_catalog.set_bit(
     overlay(pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
             PLACING substring(pg_catalog.int8send(pg_catalog.floor(
                 extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint) FROM 3)
             FROM 1 FOR 6),
-    52, 1), 53, 1), 'hex')::uuid
+    52, 1), 53, 1) AS u) AS v
 $$;
 
 -- An error of the SQL interface: SQLSTATE RT001, the API's code first.
