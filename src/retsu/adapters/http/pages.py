@@ -3,6 +3,9 @@
 Each function parses the list's filters (their own error codes first), checks the limit,
 opens the cursor (bound to the list and its filters), asks the use case for the page and
 seals the next cursor — the one place a list's query string becomes a use case's query.
+The searchable lists also come as ``…_found`` taking filters already parsed: the console
+reads its search fields into a form (an error shown beside its field) and asks for the
+same page, with the same cursor, through them.
 """
 
 from __future__ import annotations
@@ -107,6 +110,17 @@ async def dead_letters_page(
     reason: str | None = None,
 ) -> Listed[DeadLetter]:
     search = parse_search(group=group, match=match, reason=reason)
+    return await dead_letters_found(dead_letters, cursors, queue_id, search, limit, cursor)
+
+
+async def dead_letters_found(
+    dead_letters: DeadLetterService,
+    cursors: Cursors,
+    queue_id: UUID,
+    search: Search,
+    limit: int,
+    cursor: str | None,
+) -> Listed[DeadLetter]:
     query = ListDeadLettersQuery(queue_id=queue_id, limit=limit, search=search)
     scope = [str(queue_id), search.group, match_digest(search.match), search.reason]
     after = await cursors.open(CursorKind.DEAD_LETTERS, scope, cursor, DeadLetterPosition.read)
@@ -131,31 +145,39 @@ async def messages_page(
 ) -> Listed[StoredMessage]:
     parsed_state = None if state is None else BrowseState.parse(state)
     search = parse_search(priority=priority, group=group, match=match)
-    parsed_priority = search.priority
+    return await messages_found(browsing, cursors, queue_id, parsed_state, search, limit, cursor)
+
+
+async def messages_found(
+    browsing: BrowsingService,
+    cursors: Cursors,
+    queue_id: UUID,
+    state: BrowseState | None,
+    search: Search,
+    limit: int,
+    cursor: str | None,
+) -> Listed[StoredMessage]:
     query = ListMessagesQuery(
         queue_id=queue_id,
-        state=parsed_state,
-        priority=parsed_priority,
+        state=state,
+        priority=search.priority,
         limit=limit,
         group=search.group,
         match=search.match,
     )
     scope = [
         str(queue_id),
-        None if parsed_state is None else parsed_state.value,
-        None if parsed_priority is None else parsed_priority.name,
+        None if state is None else state.value,
+        None if search.priority is None else search.priority.name,
         search.group,
         match_digest(search.match),
     ]
     after = await cursors.open(
-        CursorKind.MESSAGES,
-        scope,
-        cursor,
-        lambda values: MessagePosition.read(parsed_state, values),
+        CursorKind.MESSAGES, scope, cursor, lambda values: MessagePosition.read(state, values)
     )
     page = await browsing.list(query, after)
     next_cursor = await cursors.seal(
-        CursorKind.MESSAGES, scope, None if page.next is None else page.next.seal(parsed_state)
+        CursorKind.MESSAGES, scope, None if page.next is None else page.next.seal(state)
     )
     return Listed(page.items, next_cursor)
 
@@ -170,8 +192,19 @@ async def groups_page(
     cursor: str | None = None,
 ) -> Listed[GroupSummary]:
     parsed_state = None if state is None else GroupState.parse(state)
-    query = ListGroupsQuery(queue_id=queue_id, state=parsed_state, limit=limit)
-    scope = [str(queue_id), None if parsed_state is None else parsed_state.value]
+    return await groups_found(browsing, cursors, queue_id, parsed_state, limit, cursor)
+
+
+async def groups_found(
+    browsing: BrowsingService,
+    cursors: Cursors,
+    queue_id: UUID,
+    state: GroupState | None,
+    limit: int,
+    cursor: str | None,
+) -> Listed[GroupSummary]:
+    query = ListGroupsQuery(queue_id=queue_id, state=state, limit=limit)
+    scope = [str(queue_id), None if state is None else state.value]
     after = await cursors.open(CursorKind.GROUPS, scope, cursor, GroupPosition.read)
     page = await browsing.groups(query, after)
     next_cursor = await cursors.seal(
