@@ -51,6 +51,7 @@ __all__ = [
     "InvalidQueueId",
     "InvalidQueueName",
     "InvalidRateLimit",
+    "InvalidReason",
     "InvalidRequest",
     "InvalidResult",
     "InvalidScheduleName",
@@ -365,6 +366,12 @@ class InvalidErrorText(InvalidRequest):
     """A visibility change's ``error`` over 4,096 characters."""
 
     default_code = "invalid_error"
+
+
+class InvalidReason(InvalidRequest):
+    """A dead-letter ``reason`` filter that is not a reason the server gives."""
+
+    default_code = "invalid_reason"
 
 
 class InvalidMatch(InvalidRequest):
