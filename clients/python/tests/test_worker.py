@@ -587,8 +587,10 @@ async def test_a_failed_handler_tells_the_server_why(live_target: Target) -> Non
         )
 
     first, second = retsu.get_message(queue, mid).attempts
-    assert (first.outcome, first.error) == ("released", "KeyError: 'customer 42'")
-    assert second.error == "RetryLater: the bank is closed"
+    # A backoff is a visibility change to a later time, not a release to 0: the attempt
+    # ends with its lease (SPEC §3.11), the error stays on it.
+    assert (first.outcome, first.error) == ("lease_expired", "KeyError: 'customer 42'")
+    assert (second.outcome, second.error) == ("in_flight", "RetryLater: the bank is closed")
     assert first.consumer == second.consumer == worker.consumer_name
 
 
