@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from client_support import Spy, Target, async_inner, unique
 from retsu_client import AsyncClient, Message, QueueNotFound, RetryLater, Worker
+from retsu_client import worker as worker_module
 from retsu_client.metrics import WorkerMetrics
 from retsu_client.worker import (
     ERROR_MAX_LENGTH,
@@ -657,3 +658,32 @@ async def test_results_are_not_sent_to_a_queue_that_keeps_nothing(live_target: T
 
     acks = spy.paths("/acknowledge")
     assert acks and all(r.url.path.endswith("/messages/acknowledge") for r in acks)
+
+
+async def test_results_start_once_the_queue_keeps_them(
+    live_target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "SETTINGS_REFRESH", 0.2)
+    retsu = live_target.client()
+    queue = retsu.create_queue(unique("results")).name
+    done: list[str] = []
+
+    async def handler(message: Message) -> str:
+        done.append(message.id)
+        return f"handled {message.payload}"
+
+    async with live_target.async_client() as client:
+        worker = Worker(client, queue, handler, wait_seconds=1)
+        task = asyncio.create_task(worker.run())
+        try:
+            await _until(lambda: bool(worker._queue_id))  # started: it read "keeps nothing"
+            assert not worker._keep_results
+            retsu.update_queue(queue, completed_retention_seconds=600)
+            await asyncio.sleep(1)  # the worker reads the settings again meanwhile
+            retsu.enqueue(queue, "late")
+            await _until(lambda: len(done) == 1 and _stats(live_target, queue)[:2] == (0, 0))
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 20)
+
+    assert retsu.get_message(queue, done[0]).result == "handled late"
