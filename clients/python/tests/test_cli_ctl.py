@@ -378,7 +378,7 @@ def test_dead_letters_redrive_and_delete_by_filter(run_fake: Run) -> None:
     target = run_fake.target
     retsu = target.client()
     name = retsu.create_queue(
-        unique("dlq"), visibility_timeout_seconds=1, max_delivery_attempts=1
+        unique("dlq"), visibility_timeout_seconds=1, max_delivery_attempts=1, group_max_in_flight=3
     ).name
     retsu.enqueue_batch(name, ['{"n": 1}', '{"n": 2}', '{"n": 3}'], group="g")
     for message in retsu.dequeue_many(name, 3):

@@ -18,15 +18,16 @@ from retsu_client.errors import InvalidErrorText, InvalidMatch, InvalidResult
 
 
 def _dead(target: Target, retsu: Client, payloads: list[str], group: str | None = None) -> str:
-    """A queue whose messages used up their single attempt, each released with an error."""
-    queue = retsu.create_queue(unique("dlq"), visibility_timeout_seconds=1, max_delivery_attempts=1)
+    """A queue whose messages used up their single attempt, each released with an error
+    (a group of them all delivered at once: ``group_max_in_flight`` is above their number)."""
+    queue = retsu.create_queue(
+        unique("dlq"), visibility_timeout_seconds=1, max_delivery_attempts=1, group_max_in_flight=10
+    )
     retsu.enqueue_batch(queue.name, payloads, group=group)
-    while True:
-        got = retsu.dequeue_many(queue.name, 10)
-        if not got:
-            break
-        for message in got:
-            retsu.release(queue.name, message, error=f"failed on {message.payload}")
+    got = retsu.dequeue_many(queue.name, 10)
+    assert len(got) == len(payloads)
+    for message in got:
+        retsu.release(queue.name, message, error=f"failed on {message.payload}")
     assert retsu.dequeue(queue.name) is None  # this dequeue moves them to dead letters
     return queue.name
 

@@ -440,7 +440,7 @@ class AsyncClient:
         ``group``, and whose JSON payload contains ``match`` (a dict). A page may come back
         short with a ``next_cursor``."""
         return await self._run(
-            calls.list_messages(self._names, queue, state, priority, limit, cursor)
+            calls.list_messages(self._names, queue, state, priority, limit, cursor, group, match)
         )
 
     def iter_messages(

@@ -447,7 +447,9 @@ class Client:
         completed ones a queue keeps (``state="completed"``); of one ``priority`` or
         ``group``, and whose JSON payload contains ``match`` (a dict). A page may come back
         short with a ``next_cursor``."""
-        return self._run(calls.list_messages(self._names, queue, state, priority, limit, cursor))
+        return self._run(
+            calls.list_messages(self._names, queue, state, priority, limit, cursor, group, match)
+        )
 
     def iter_messages(
         self,
