@@ -35,6 +35,10 @@ touches other data):
    SQLAlchemy `text()` objects for asyncpg and issued straight from an asyncpg pool with
    Retsu's session settings, on a database migrated by `retsu migrate` — the cost of the
    SQL alone, with no HTTP and no queue lookup;
+   Beside it, for enqueue only, **`retsu.enqueue` from asyncpg** (`bench/floor.py`, SPEC
+   §3.13): what an application runs on its own connection — one call per transaction, and
+   100 calls in one transaction (asyncpg's `executemany`), each call checking the message,
+   storing it and sending the long-poll notification with the commit;
 3. the **minimal floor** (`bench/minimal_system.py`): the smallest correct PostgreSQL
    queue — one table, one index `(priority DESC, id)`, no triggers or counters; enqueue is
    one `INSERT`, the claim one `UPDATE … FOR UPDATE SKIP LOCKED` of the index's head
@@ -337,6 +341,7 @@ RATIO_TARGETS = (
         "minimal",
         0.6,
     ),
+    ("`retsu.enqueue` from asyncpg vs Retsu's SQL floor enqueue", "enqueue-1", "sql", "floor", 0.9),
 )
 # SPEC §7b: `retsu-worker` vs PgQueuer's QueueManager (bench/consumers.py), ≥ 1.0 × each.
 CONSUMER_TARGETS = (
@@ -359,7 +364,9 @@ def target_rows(outcome: RunOutcome) -> list[tuple[str, str, str, bool | None]]:
     rows: list[tuple[str, str, str, bool | None]] = []
     for figure, scenario, key, reference, goal in RATIO_TARGETS:
         mine, theirs = rate(scenario, key), rate(scenario, reference)
-        label = "PgQueuer in-process" if reference == "pgqueuer" else "the minimal floor"
+        label = {"pgqueuer": "PgQueuer in-process", "floor": "Retsu's SQL floor"}.get(
+            reference, "the minimal floor"
+        )
         if mine is None or not theirs:
             rows.append((figure, f"≥ {goal:g} × {label}", "not measured", None))
             continue

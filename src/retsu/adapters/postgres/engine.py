@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import asyncpg
 from sqlalchemy import event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError
@@ -105,6 +106,38 @@ async def _learn_types(connection: Any) -> None:
         await transaction.rollback()
 
 
+class PoolerSafeConnection(asyncpg.Connection):  # type: ignore[misc]
+    """asyncpg's connection, behind a transaction pooler: learning a type never changes a
+    session setting.
+
+    To learn a type, asyncpg reads ``jit``, sets it off *for the session* and, after its
+    catalog query, sets it back — unless it was off already. Two ways that leaks onto a
+    pooled server session, which other clients then get (seen as a flaky PgBouncer
+    topology test under load: one pooled session in four with ``jit = off``):
+
+    * inside one of our transactions, which pin ``jit`` off with ``SET LOCAL``
+      (``PIN_TRANSACTION``): asyncpg reads "off", sets it off for the session and never
+      sets it back, and the COMMIT keeps the session-level value;
+    * outside a transaction: the three statements may run on three server sessions.
+
+    So the learning runs inside a transaction of its own (a savepoint when the caller's
+    transaction is open) with ``SET LOCAL jit = off``, rolled back afterwards — it only
+    read the catalog — which undoes asyncpg's ``set_config`` with it. Types are normally
+    learned at connect (``_learn_types``); this covers any learned later (a statement
+    using a new type, or SQLAlchemy making asyncpg reload its schema state after an
+    error). ``_introspect_types`` is asyncpg's private hook: asyncpg is pinned below 1.0
+    and tests/integration/test_pooler_safe_connection.py holds the contract."""
+
+    async def _introspect_types(self, typeoids: Sequence[int], timeout: float | None) -> Any:  # noqa: ASYNC109 -- asyncpg's signature
+        transaction = self.transaction()
+        await transaction.start()
+        try:
+            await self.execute("SET LOCAL jit = off")
+            return await super()._introspect_types(typeoids, timeout)
+        finally:
+            await transaction.rollback()
+
+
 def _learn_types_at_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     dbapi_connection.run_async(_learn_types)
 
@@ -123,8 +156,13 @@ def _pooler_safe_connect_args() -> dict[str, Any]:
       Bind/Execute/Sync that follows: prepare and run land on one session even outside a
       transaction. (PgBouncer 1.21+ can track named statements itself,
       ``max_prepared_statements``; Debian bookworm ships 1.18, which cannot.)
+    * type introspection that changes no session setting (``PoolerSafeConnection``).
     """
-    return {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "connection_class": PoolerSafeConnection,
+    }
 
 
 def connect_arguments(
