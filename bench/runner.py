@@ -145,7 +145,7 @@ def applies(scenario: str, system: object) -> bool:
 
 
 async def run_paired(
-    scenario: str, system: FeatureSystem, cfg: Config, window: _Window
+    scenario: str, system: FeatureSystem, cfg: Config, window: scenarios.Window
 ) -> list[Result]:
     """A new feature's run and its baseline's (``scenarios.PAIRED``), each on a fresh queue."""
     baseline = scenarios.PAIRED[scenario]
