@@ -81,6 +81,12 @@ peak load; p50/p95/p99 per operation |
 `retsu-worker` (no-op handler, one default `retsu api`) and PgQueuer's `pgq run` (one \
 `QueueManager`, no-op entrypoint) each drain a prefilled backlog in a process of their own, \
 at concurrency 1 (batch 1) and 10 (batch 10); alternating rounds, medians |
+| groups | dequeue + ack one at a time over 10,000 groups × 10 messages prefilled \
+against the same backlog without groups, in one scenario |
+| max-in-flight | backlog-1k with a `max_in_flight` of 1,000,000 against none, in one \
+scenario |
+| attempts | backlog-1k as shipped against the claim and acknowledge without their \
+attempt record (a what-if in the run's own database), in one scenario |
 
 * Prefills and the backlog keeper insert rows exactly as Retsu's enqueue statement
   writes them (`INSERT ... SELECT generate_series`), so setup costs no HTTP time; the
