@@ -12,7 +12,7 @@ from bench.scenarios import SCENARIOS, Config
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-SYSTEMS = ("retsu", "floor", "minimal", "pgqueuer")
+SYSTEMS = ("retsu", "floor", "sql", "minimal", "pgqueuer")
 
 
 def _csv(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:

@@ -249,3 +249,47 @@ class FloorSystem:
     async def prefill_grouped(self, count: int, groups: int) -> None:
         assert self._sql is not None
         await retsu_prefill_grouped(self._sql, self.queue_id, count, groups, self.payload)
+
+
+# -- the SQL interface (SPEC §3.13) ---------------------------------------------------------
+
+_PRIORITY_NAMES = {3: "HIGH", 2: "MEDIUM", 1: "LOW"}
+# What an application runs: the public function, by queue id, in its own transaction (a
+# single call is its own transaction; a batch is 100 calls in one, pipelined by asyncpg's
+# executemany).
+SQL_ENQUEUE = "SELECT retsu.enqueue($1, $2, $3, $4)"
+
+
+class SqlInterfaceOps(FloorOps):
+    """``retsu.enqueue`` from asyncpg, as an application calls it; dequeue and ack as the
+    floor's (the SQL interface has no dequeue)."""
+
+    def __init__(self, system: FloorSystem) -> None:
+        super().__init__(system)
+        self._queue = str(system.queue_id)
+        self._batch_args = [
+            (self._queue, self._body, _PRIORITY_NAMES[PRIORITY_VALUES[i % 3]], DEFAULT_TTL_SECONDS)
+            for i in range(self._batch_size)
+        ]
+
+    async def enqueue(self, index: int) -> int:
+        priority = _PRIORITY_NAMES[PRIORITY_VALUES[index % 3]]
+        await self._pool.fetchval(
+            SQL_ENQUEUE, self._queue, self._body, priority, DEFAULT_TTL_SECONDS
+        )
+        return 1
+
+    async def enqueue_batch(self) -> int:
+        async with self._pool.acquire() as connection, connection.transaction():
+            await connection.executemany(SQL_ENQUEUE, self._batch_args)
+        return self._batch_size
+
+
+class SqlInterfaceSystem(FloorSystem):
+    key = "sql"
+    name = "retsu.enqueue (asyncpg)"
+    # Enqueue only: the comparison of SPEC §7b is with the floor's enqueue.
+    scenarios = ("enqueue-1", "enqueue-100")
+
+    async def open_ops(self, count: int) -> list[FloorOps]:
+        return [SqlInterfaceOps(self) for _ in range(count)]

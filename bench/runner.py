@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from bench import consumers, scenarios
 from bench.common import CpuUse, CpuWindow, Databases, HeldHorizon, RssSampler, dead_rows
-from bench.floor import FloorSystem
+from bench.floor import FloorSystem, SqlInterfaceSystem
 from bench.minimal_system import MinimalSystem
 from bench.pgqueuer_system import PgQueuerSystem
 from bench.retsu_system import RetsuSystem
@@ -34,7 +34,7 @@ class Options:
     redis_url: str | None = None
     connect_burst: bool = False
     pgbouncer_url: str | None = None  # Retsu's database.url through it (its own URL)
-    systems: tuple[str, ...] = ("retsu", "floor", "minimal", "pgqueuer")
+    systems: tuple[str, ...] = ("retsu", "floor", "sql", "minimal", "pgqueuer")
     scenarios: tuple[str, ...] = scenarios.SCENARIOS
     config: Config = field(default_factory=Config)
     consumer_baseline: Path | None = None  # an older retsu_client to run beside (consumer-*)
@@ -239,6 +239,14 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(floor)
             await floor.start()
+        if any(s in SqlInterfaceSystem.scenarios for s in wanted) and "sql" in options.systems:
+            log("starting the SQL interface (retsu.enqueue from asyncpg)")
+            sql_interface = SqlInterfaceSystem(
+                await databases.create("sql"),
+                pool_size=options.workers * options.db_connections,
+            )
+            systems.append(sql_interface)
+            await sql_interface.start()
         if wanted and "minimal" in options.systems:
             log("starting the minimal floor")
             minimal = MinimalSystem(
@@ -296,6 +304,8 @@ async def run(options: Options) -> RunOutcome:
                     log(f"  {scenario}: needs the systems retsu and pgqueuer; skipped")
                 continue
             for system in systems:
+                if scenario not in getattr(system, "scenarios", (scenario,)):
+                    continue  # a system that offers only some scenarios (the SQL interface)
                 if not applies(scenario, system):
                     log(f"  {scenario}: not applicable to {system.name}; skipped")
                     continue

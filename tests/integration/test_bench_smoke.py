@@ -315,3 +315,27 @@ async def test_the_paired_scenarios_run_on_a_real_api(
         assert after == definitions[0]
     finally:
         await system.stop()
+
+
+async def test_the_sql_interface_enqueues_single_and_100_in_a_transaction(
+    postgres_server: PostgresServer, bench_database: str
+) -> None:
+    """`retsu.enqueue` from asyncpg (SPEC §3.13); concurrent transactions of 100 enqueues
+    each once deadlocked on the counter rows (migration 0012's retsu_uuid7)."""
+    from bench import scenarios
+    from bench.common import CpuWindow, plain_url
+    from bench.floor import SqlInterfaceSystem
+
+    database_url = plain_url(bench_database)
+    window = CpuWindow(postgres_server.admin_url, [database_url.rsplit("/", 1)[1]], [])
+    cfg = scenarios.Config(duration=0.5, connections=4)
+    system = SqlInterfaceSystem(database_url, pool_size=4)
+    await system.start()
+    try:
+        for batch, scenario in ((False, "enqueue-1"), (True, "enqueue-100")):
+            await system.new_queue()
+            result = await scenarios.enqueue_closed_loop(system, cfg, batch, scenario, window)
+            assert result.latency.errors == {}, scenario
+            assert result.messages > 0
+    finally:
+        await system.stop()

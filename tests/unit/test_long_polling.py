@@ -105,13 +105,15 @@ class World:
         *,
         max_messages: int | None = None,
         visibility: int | None = None,
+        gone: asyncio.Event | None = None,
     ) -> asyncio.Task[list[DeliveredMessage]]:
         options = DequeueOptions(
             wait_seconds=wait_seconds,
             max_messages=max_messages,
             visibility_timeout_seconds=visibility,
         )
-        return asyncio.create_task(self.dequeue(DequeueCommand(queue.id, options)))
+        command = DequeueCommand(queue.id, options, client_gone=gone)
+        return asyncio.create_task(self.dequeue(command))
 
     async def settle(self) -> None:
         await self.signals.settle()
@@ -324,6 +326,106 @@ async def finish_now(task: asyncio.Task[list[DeliveredMessage]]) -> list[Deliver
     await asyncio.sleep(0)
     result: list[DeliveredMessage] = await task
     return result
+
+
+# -- a client that goes (SPEC §3.1) ------------------------------------------------
+
+
+async def test_a_poll_whose_client_goes_stops_waiting_at_once_and_claims_no_more(
+    world: World,
+) -> None:
+    queue = await world.queue()
+    gone = asyncio.Event()
+    poll = world.poll(queue, wait_seconds=20, gone=gone)
+    await world.advance(3)
+    claims = world.repository.claims
+    gone.set()
+    await world.settle()
+    assert await finish(poll) == []
+    assert world.elapsed == 3, "it did not wait out its 20 seconds"
+    assert world.repository.claims == claims
+    assert world.signals.waiting == 0, "the poll unregistered"
+    # So the next message goes to the next consumer, on its first attempt.
+    await world.send(queue, "next")
+    (delivered,) = await world.dequeue(DequeueCommand(queue.id))
+    assert (delivered.payload, delivered.delivery_attempts) == ("next", 1)
+
+
+@pytest.mark.parametrize("wait_seconds", [0, 20])
+async def test_what_a_claim_took_for_a_client_that_went_meanwhile_is_given_back(
+    world: World, wait_seconds: int
+) -> None:
+    queue = await world.queue()
+    await world.send(queue, "first")
+    await world.send(queue, "second")
+    gone = asyncio.Event()
+
+    async def the_client_goes() -> None:  # while the claim is in flight
+        gone.set()
+
+    world.repository.after_claim = the_client_goes
+    poll = world.poll(queue, wait_seconds=wait_seconds, max_messages=2, gone=gone)
+    await world.settle()
+    assert await finish(poll) == []
+    assert world.repository.claims == 1, "no further claim for a client that went"
+    # Deliverable again at once (no lease to wait out), the abandoned attempt not counted.
+    delivered = await world.dequeue(DequeueCommand(queue.id, DequeueOptions(max_messages=2)))
+    assert [(m.payload, m.delivery_attempts) for m in delivered] == [
+        ("first", 1),
+        ("second", 1),
+    ]
+
+
+async def test_a_poll_waiting_meanwhile_gets_what_was_given_back_at_once(world: World) -> None:
+    queue = await world.queue()
+    await world.send(queue, "given-back")
+    gone = asyncio.Event()
+    waiting: asyncio.Task[list[DeliveredMessage]] | None = None
+
+    async def another_consumer_waits_then_the_client_goes() -> None:
+        nonlocal waiting
+        waiting = world.poll(queue, wait_seconds=20)
+        await world.settle()  # it finds nothing (the message is claimed) and waits
+        gone.set()
+
+    world.repository.after_claim = another_consumer_waits_then_the_client_goes
+    abandoned = world.poll(queue, wait_seconds=20, gone=gone)
+    for _ in range(3):  # the hook settles too, inside the claim
+        await world.settle()
+    assert await finish(abandoned) == []
+    assert waiting is not None
+    (delivered,) = await finish(waiting)
+    assert (delivered.payload, delivered.delivery_attempts) == ("given-back", 1)
+    assert world.elapsed == 0, "woken by the give-back's signal, not by a re-check"
+
+
+async def test_a_client_gone_before_the_claim_claims_nothing(world: World) -> None:
+    queue = await world.queue()
+    await world.send(queue, "kept")
+    gone = asyncio.Event()
+    gone.set()
+    assert await finish_soon(world, world.poll(queue, wait_seconds=0, gone=gone)) == []
+    assert await finish_soon(world, world.poll(queue, wait_seconds=20, gone=gone)) == []
+    assert world.repository.claims == 0
+    (delivered,) = await world.dequeue(DequeueCommand(queue.id))
+    assert (delivered.payload, delivered.delivery_attempts) == ("kept", 1)
+
+
+async def test_a_client_that_stays_is_served_as_before(world: World) -> None:
+    queue = await world.queue()
+    gone = asyncio.Event()
+    poll = world.poll(queue, wait_seconds=10, gone=gone)
+    await world.advance(2)
+    await world.send(queue, "arrived")
+    await world.settle()
+    assert payloads(await finish(poll)) == ["arrived"]
+    assert world.elapsed == 2
+    assert world.signals.waiting == 0
+
+
+async def finish_soon(world: World, task: asyncio.Task[Any]) -> Any:
+    await world.settle()
+    return await finish(task)
 
 
 # -- shutdown -------------------------------------------------------------------

@@ -23,21 +23,33 @@ waiter therefore costs about one claim query a second and holds no database conn
 between claims; a paused queue's claim is one primary-key read. On shutdown the signals
 close: every waiting poll answers empty at once.
 
+A dequeue whose client has gone (``ClientGone``, set by the HTTP adapter when the
+connection closes) never keeps what it claimed (SPEC §3.1): a long poll stops waiting at
+once and claims no more, and messages a claim returns after the client left are given
+back at once (``unclaim``: deliverable again, the attempt not counted) — so a stopped
+consumer's abandoned poll cannot swallow the next message for a whole lease. The last look
+is right after each claim returns; what the adapter can still miss is its own to say
+(``adapters/http/departure.py``).
+
 A dequeue that names its consumer is reported to the consumer tracker after every claim
-(the first one is the request's start; the messages handed over are counted) and once
+(the first one is the request's start; the messages handed over are counted, not
+those given back) and once
 more when a long poll ends empty: a dictionary update, never a database write
 (``track_consumers.py``). A dequeue of a queue that does not exist is not reported.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 from uuid import UUID
 
 from retsu.application.ports import (
+    ClientGone,
     IdGenerator,
     MessageRepository,
     MessageSignals,
@@ -88,6 +100,8 @@ class DequeueCommand:
     options: DequeueOptions = field(default_factory=DequeueOptions)
     # The Retsu-Consumer name, already checked (domain.consumer.parse_consumer_name).
     consumer: str | None = None
+    # Set once the client has gone (it disconnected): stop waiting, keep nothing claimed.
+    client_gone: ClientGone | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,10 +199,11 @@ class MessageService:
     # -- dequeue -----------------------------------------------------------------
 
     async def dequeue(self, cmd: DequeueCommand) -> list[DeliveredMessage]:
-        consumer = cmd.consumer
+        """The claimed messages; none when the client has gone (``cmd.client_gone``)."""
+        consumer, gone = cmd.consumer, cmd.client_gone
         if cmd.options.wait_seconds <= 0 or self._signals.closed:
-            return (await self._claim(cmd.queue_id, cmd.options, consumer)).messages
-        messages = await self._long_poll(cmd.queue_id, cmd.options, consumer)
+            return (await self._claim(cmd.queue_id, cmd.options, consumer, gone)).messages
+        messages = await self._long_poll(cmd.queue_id, cmd.options, consumer, gone)
         if consumer is not None and self._consumers is not None and not messages:
             self._seen(cmd.queue_id, consumer, 0)  # the end of an empty long poll
         return messages
@@ -198,28 +213,54 @@ class MessageService:
         self._consumers.seen(queue_id, consumer, deliveries)
 
     async def _long_poll(
-        self, queue_id: UUID, options: DequeueOptions, consumer: str | None
+        self,
+        queue_id: UUID,
+        options: DequeueOptions,
+        consumer: str | None,
+        gone: ClientGone | None,
     ) -> list[DeliveredMessage]:
         deadline = self._monotonic() + options.wait_seconds
-        # Registered before the first claim: a signal from now on is kept.
-        with self._signals.watch(queue_id) as watch:
-            while True:
-                result = await self._claim(queue_id, options, consumer)
-                if result.messages:
-                    return result.messages
-                remaining = deadline - self._monotonic()
-                if remaining <= 0 or self._signals.closed:
-                    return []
-                timeout = min(remaining, RECHECK_SECONDS)
-                if result.next_available_in_seconds is not None:
-                    timeout = min(timeout, max(result.next_available_in_seconds, MIN_WAIT_SECONDS))
-                await watch.wait(timeout)
-                if self._signals.closed:
-                    return []  # shutdown: answer empty at once, no further claim
+        # Waits for the client to go, for the whole poll (created at its first wait: a
+        # poll answered by its first claim, the usual case under load, costs no task).
+        leaving: asyncio.Future[object] | None = None
+        try:
+            # Registered before the first claim: a signal from now on is kept.
+            with self._signals.watch(queue_id) as watch:
+                while True:
+                    result = await self._claim(queue_id, options, consumer, gone)
+                    if result.messages:
+                        return result.messages
+                    remaining = deadline - self._monotonic()
+                    if remaining <= 0 or self._signals.closed or _has_gone(gone):
+                        return []
+                    timeout = min(remaining, RECHECK_SECONDS)
+                    if result.next_available_in_seconds is not None:
+                        timeout = min(
+                            timeout, max(result.next_available_in_seconds, MIN_WAIT_SECONDS)
+                        )
+                    if gone is None:
+                        await watch.wait(timeout)
+                    else:
+                        if leaving is None:
+                            leaving = asyncio.ensure_future(gone.wait())
+                        await _wait_unless_gone(watch.wait(timeout), leaving)
+                        if gone.is_set():
+                            return []  # nobody to answer: no further claim
+                    if self._signals.closed:
+                        return []  # shutdown: answer empty at once, no further claim
+        finally:
+            if leaving is not None:
+                leaving.cancel()
 
     async def _claim(
-        self, queue_id: UUID, options: DequeueOptions, consumer: str | None
+        self,
+        queue_id: UUID,
+        options: DequeueOptions,
+        consumer: str | None,
+        gone: ClientGone | None = None,
     ) -> DequeueResult:
+        if _has_gone(gone):
+            return DequeueResult(messages=[])  # nobody to answer: claim nothing
         result = await self._messages.dequeue(
             queue_id,
             limit=options.limit,
@@ -227,6 +268,10 @@ class MessageService:
             dead_letter_batch_size=DEAD_LETTER_BATCH_SIZE,
             consumer=consumer,
         )
+        if result.messages and _has_gone(gone):
+            # Claimed for a client that left meanwhile: nobody can receive them.
+            await self.unclaim(queue_id, result.messages)
+            result = replace(result, messages=[])
         if consumer is not None and self._consumers is not None:
             self._seen(queue_id, consumer, len(result.messages))
         if result.dead_lettered:
@@ -271,3 +316,19 @@ class MessageService:
             raise StaleReceiptHandle()
         if timeout == 0:  # released now: deliverable at once
             self._signals.announce(cmd.queue_id)
+
+
+def _has_gone(gone: ClientGone | None) -> bool:
+    return gone is not None and gone.is_set()
+
+
+async def _wait_unless_gone(
+    wait: Coroutine[Any, Any, bool], leaving: asyncio.Future[object]
+) -> None:
+    """Wait for the signals (``wait``) unless the client goes first; a wait cut short is
+    cancelled (the signal watch allows it: its next wait, if any, starts afresh)."""
+    waiting = asyncio.ensure_future(wait)
+    try:
+        await asyncio.wait((waiting, leaving), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()  # a no-op when it ended first

@@ -500,6 +500,18 @@ class SignalWatch(Protocol):
         ...
 
 
+class ClientGone(Protocol):
+    """Set once the client of a request has gone and can no longer receive its answer (an
+    HTTP client that closed its connection; ``adapters/http/departure.py``). A dequeue
+    whose client has gone keeps nothing it claimed (SPEC §3.1). ``asyncio.Event`` fits."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> object:
+        """Return once the client has gone (never, while it stays)."""
+        ...
+
+
 class MessageSignals(Protocol):
     """Hints that a queue may have a deliverable message (a message arrived, a lease was
     released, the queue was resumed…). Only hints: a waiting dequeue always asks the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -48,7 +49,10 @@ async def raw_request(
     async def receive() -> dict[str, Any]:
         if messages:
             return messages.pop(0)
-        return {"type": "http.disconnect"}
+        # The client stays: as uvicorn, nothing more until the connection closes (an
+        # http.disconnect here would be a client that left: a dequeue answers it 499).
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

@@ -129,7 +129,8 @@ def _body_decoder(handler: HTTPRouteHandler) -> tuple[msgspec.json.Decoder[Any],
 
 
 class ClientDisconnected(Exception):
-    """The client went away before its body was read whole (``http.disconnect``)."""
+    """The client went away (``http.disconnect``) before its body was read whole, or
+    before a dequeue could answer it (``departure.py``)."""
 
 
 class JsonRequest(Request[Any, Any, Any]):

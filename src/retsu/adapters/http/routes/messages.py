@@ -10,6 +10,7 @@ from litestar import Request, Response, post
 from litestar.params import JSONBody
 
 from retsu.adapters.http.auth import CONSUMER
+from retsu.adapters.http.departure import client_departure
 from retsu.adapters.http.dependencies import Messages
 from retsu.adapters.http.dto import (
     MAX_BATCH_SIZE,
@@ -36,7 +37,7 @@ from retsu.adapters.http.params import (
     consumer_of,
     idempotency_key_of,
 )
-from retsu.adapters.http.request_rules import RequestProblem
+from retsu.adapters.http.request_rules import ClientDisconnected, RequestProblem
 from retsu.application.messages import (
     AcknowledgeCommand,
     ChangeVisibilityCommand,
@@ -183,9 +184,14 @@ async def dequeue_messages(
             visibility_timeout_seconds=data.visibility_timeout_seconds,
             max_messages=data.max_messages,
         )
-    delivered = await messages.dequeue(
-        DequeueCommand(queue_id=queue_id, options=options, consumer=consumer)
-    )
+    # A client that goes away stops a long poll, and what was claimed for it is given back
+    # (SPEC §3.1; what cannot be told: departure.py).
+    async with client_departure(request) as gone:
+        delivered = await messages.dequeue(
+            DequeueCommand(queue_id=queue_id, options=options, consumer=consumer, client_gone=gone)
+        )
+    if not delivered and gone.is_set():
+        raise ClientDisconnected  # 499, a DEBUG line: nobody reads this answer
     if options.max_messages is not None:
         return Response(MessagesOut(messages=[message_out(m) for m in delivered]))
     if not delivered:
@@ -197,7 +203,10 @@ async def dequeue_messages(
     MESSAGES + "/{message_id:str}/acknowledge",
     status_code=204,
     summary="Acknowledge a message",
+    description="`result` is kept with the message when its queue keeps completed messages "
+    "(`completed_retention_seconds` > 0; SPEC §3.11), else dropped.",
     response_description="Done — also when already removed, stale or timed out (idempotent).",
+    errors=("invalid_result",),
     scopes=CONSUMER,
 )
 async def acknowledge_message(
@@ -207,7 +216,10 @@ async def acknowledge_message(
     messages: Messages,
 ) -> None:
     await messages.acknowledge(
-        AcknowledgeCommand(queue_id=queue_id, receipts=(Receipt(message_id, data.receipt_handle),))
+        AcknowledgeCommand(
+            queue_id=queue_id,
+            receipts=(Receipt(message_id, data.receipt_handle, data.result),),
+        )
     )
 
 
@@ -236,8 +248,10 @@ async def acknowledge_messages(
     MESSAGES + "/{message_id:str}/visibility",
     status_code=204,
     summary="Change a delivery's visibility timeout",
+    description="`error` says why the consumer gives the message back; it is recorded on the "
+    "current attempt (SPEC §3.11).",
     response_description="The lease now ends that many seconds from now (0 = release now).",
-    errors=(VISIBILITY_CHANGE, StaleReceiptHandle),
+    errors=(VISIBILITY_CHANGE, "invalid_error", StaleReceiptHandle),
     scopes=CONSUMER,
 )
 async def change_message_visibility(
@@ -251,6 +265,7 @@ async def change_message_visibility(
             queue_id=queue_id,
             receipt=Receipt(message_id, data.receipt_handle),
             visibility_timeout_seconds=data.visibility_timeout_seconds,
+            error=data.error,
         )
     )
 
