@@ -837,6 +837,16 @@ BEGIN
         l_waiting_delayed := l_waiting_delayed || -1; l_keys := l_keys || NULL::bigint;
     END LOOP;
 
+    -- 2b. The lanes those moves changed, now: a dead-lettered head hands its lane to the
+    -- next message before the candidates are chosen, so this claim can deliver it (SPEC
+    -- §3.3: an exhausted message never hides a deliverable one).
+    IF cardinality(l_groups) > 0 THEN
+        PERFORM retsu_group_apply(
+            p_queue_id, l_groups, l_leased, l_pending, l_waiting, l_waiting_delayed, l_keys);
+        l_groups := '{{}}'; l_leased := '{{}}'; l_pending := '{{}}';
+        l_waiting := '{{}}'; l_waiting_delayed := '{{}}'; l_keys := '{{}}';
+    END IF;
+
     -- 3. The queue's bucket and cap.
     IF v_rate IS NOT NULL THEN
         INSERT INTO queue_rate_bucket AS b (queue_id, tokens, tokens_at)
