@@ -837,16 +837,6 @@ BEGIN
         l_waiting_delayed := l_waiting_delayed || -1; l_keys := l_keys || NULL::bigint;
     END LOOP;
 
-    -- 2b. The lanes those moves changed, now: a dead-lettered head hands its lane to the
-    -- next message before the candidates are chosen, so this claim can deliver it (SPEC
-    -- §3.3: an exhausted message never hides a deliverable one).
-    IF cardinality(l_groups) > 0 THEN
-        PERFORM retsu_group_apply(
-            p_queue_id, l_groups, l_leased, l_pending, l_waiting, l_waiting_delayed, l_keys);
-        l_groups := '{{}}'; l_leased := '{{}}'; l_pending := '{{}}';
-        l_waiting := '{{}}'; l_waiting_delayed := '{{}}'; l_keys := '{{}}';
-    END IF;
-
     -- 3. The queue's bucket and cap.
     IF v_rate IS NOT NULL THEN
         INSERT INTO queue_rate_bucket AS b (queue_id, tokens, tokens_at)
@@ -1232,9 +1222,12 @@ BEGIN
         RETURN QUERY SELECT false, 0::bigint, false;
         RETURN;
     END IF;
+    -- The fast path when the queue has no live lane: the claim's own test, one entry of
+    -- queue_group_live_idx. (Asking for a leased group instead walked every group row of
+    -- the queue: 2 ms and ~150 buffers an ack over 10,000 groups, the groups benchmark.)
     IF v_retention = 0 AND NOT EXISTS (
         SELECT 1 FROM queue_group AS g
-        WHERE g.queue_id = p_queue_id AND g.leased > 0)
+        WHERE g.queue_id = p_queue_id AND g.leased + g.pending + g.waiting + g.waiting_delayed > 0)
     THEN
         RETURN QUERY
         WITH removed AS (

@@ -114,6 +114,27 @@ async def test_a_completed_message_keeps_its_result_attempts_and_is_browsable(
     assert (stats["completed"], stats["ready"], stats["groups"]) == (1, 0, 0)
 
 
+@pytest.mark.parametrize("max_messages", [None, 5])
+async def test_the_dequeue_that_buries_a_lanes_exhausted_head_delivers_its_next(
+    client: Client, new_queue: NewQueue, max_messages: int | None
+) -> None:
+    """SPEC §3.3 and §3.10: an exhausted message never hides a deliverable one — also not
+    its lane's next message, which becomes the head when the head is dead-lettered."""
+    queue = await new_queue("buried-head", max_delivery_attempts=1)
+    qid = queue["id"]
+    await _send(client, qid, "n1", group="g")
+    await _send(client, qid, "n2", group="g")
+    head = (await _take(client, qid))[0]
+    assert (await _release(client, qid, head)).status_code == 204
+    body = {} if max_messages is None else {"max_messages": max_messages}
+    response = await client.post(f"/v1/queues/{qid}/messages/dequeue", json=body)
+    assert response.status_code == 200, response.text
+    found = response.json() if max_messages is None else response.json()["messages"][0]
+    assert (found["payload"], found["delivery_attempts"]) == ("n2", 1)
+    dead = await _ok(client, "GET", f"/v1/queues/{qid}/dead-letters")
+    assert [d["payload"] for d in dead["items"]] == ["n1"]
+
+
 async def test_completed_list_is_newest_completion_first(
     client: Client, clock: ManualClock, new_queue: NewQueue
 ) -> None:

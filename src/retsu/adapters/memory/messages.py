@@ -195,11 +195,6 @@ class MessagesPart(LanesPart):
             message.state = State.WAITING
             assert message.group is not None
             changes.append(LaneChange(message.group, waiting=1, waiting_delayed=-1))
-        # 2b. The lanes those moves changed, now: a dead-lettered head hands its lane to the
-        # next message before the candidates are chosen (an exhausted message never hides
-        # a deliverable one).
-        self._lanes_changed(queue, changes)
-        changes = []
 
         # 3. The queue's bucket and cap.
         allowed = limit
