@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from retsu.adapters.postgres.migrations import head_revision
 from tests.conftest import create_database, drop_database
 from tests.support.processes import RetsuProcess, free_port, retsu_env, run_retsu
 from tests.support.services import PostgresServer
@@ -30,6 +31,19 @@ def api(fresh_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     env = retsu_env(fresh_database)
     migrated = run_retsu(["migrate"], env)
     assert migrated.returncode == 0, migrated.stderr + migrated.stdout
+    # It says what it applied (issue 20: it used to print nothing), then that nothing is
+    # left to apply.
+    head = head_revision()
+    applied = migrated.stdout.splitlines()
+    assert applied[0].startswith("retsu migrate: applied "), migrated.stdout
+    assert "  0001_queues_and_messages" in applied and f"  {head}_" in "\n".join(applied)
+    assert applied[-1] == f"retsu migrate: the database is at revision {head}"
+    again = run_retsu(["migrate"], env)
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert again.stdout.splitlines() == [
+        "retsu migrate: nothing to apply",
+        f"retsu migrate: the database is at revision {head}",
+    ]
     port = free_port()
     process = RetsuProcess(
         ["api"],

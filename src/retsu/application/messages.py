@@ -261,14 +261,16 @@ class MessageService:
     ) -> DequeueResult:
         if _has_gone(gone):
             return DequeueResult(messages=[])  # nobody to answer: claim nothing
-        result = await self._claim_once(queue_id, options.limit, options, consumer)
+        result = await self._claim_once(
+            queue_id, options.limit, options, consumer, DEAD_LETTER_BATCH_SIZE
+        )
         if result.dead_lettered and len(result.messages) < options.limit:
-            # What a claim moves to dead letters only leaves the store when it commits: a
-            # lane whose head it buried hands the lane on then, and a backlog of exhausted
-            # messages past one batch is the next claim's. Once more, for the rest, so an
-            # exhausted message never hides a deliverable one from this dequeue (SPEC §3.3).
+            # A lane whose exhausted head the claim moved to dead letters hands the lane on
+            # when the claim commits, too late for that claim. Once more, for the rest,
+            # moving nothing (one batch per dequeue stays the bound), so an exhausted head
+            # never hides its lane's next message from this dequeue (SPEC §3.3, §3.10).
             more = await self._claim_once(
-                queue_id, options.limit - len(result.messages), options, consumer
+                queue_id, options.limit - len(result.messages), options, consumer, 0
             )
             result = replace(
                 more,
@@ -289,13 +291,18 @@ class MessageService:
         return result
 
     async def _claim_once(
-        self, queue_id: UUID, limit: int, options: DequeueOptions, consumer: str | None
+        self,
+        queue_id: UUID,
+        limit: int,
+        options: DequeueOptions,
+        consumer: str | None,
+        dead_letter_batch_size: int,
     ) -> DequeueResult:
         return await self._messages.dequeue(
             queue_id,
             limit=limit,
             visibility_timeout_seconds=options.visibility_timeout_seconds,
-            dead_letter_batch_size=DEAD_LETTER_BATCH_SIZE,
+            dead_letter_batch_size=dead_letter_batch_size,
             consumer=consumer,
         )
 

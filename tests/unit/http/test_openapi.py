@@ -20,7 +20,7 @@ from openapi_spec_validator import validate
 
 from retsu.adapters.http import dto
 from retsu.adapters.http.auth import ADMIN, SCOPES, SCOPES_OPT, ApiToken, AuthConfig
-from retsu.adapters.http.openapi import DOCS_PATH, OPENAPI_PATH
+from retsu.adapters.http.openapi import DOCS_PATH, OPENAPI_PATH, SCALAR_VERSION
 from retsu.adapters.memory.clock import ManualClock
 from retsu.entrypoints.containers import ApiContainer
 from tests.unit.http.helpers import MISSING_ID, Client, NewQueue
@@ -132,6 +132,9 @@ async def test_the_document_and_the_reference_page_need_no_token(
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
         assert OPENAPI_PATH in page.text  # the page loads this very document
+        # Its script is a pinned release, never "latest" (issue 20).
+        assert f"@scalar/api-reference@{SCALAR_VERSION}" in page.text
+        assert "@latest" not in page.text
         assert (await client.get("/v1/queues")).status_code == 401
 
 

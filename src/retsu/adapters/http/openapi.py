@@ -404,7 +404,9 @@ class _Scalar(ScalarRenderPlugin):
         return OPENAPI_PATH
 
 
-_SCALAR: Final = _Scalar(path=DOCS_PATH)
+# Pinned, not "latest": what /docs loads does not change under a running release.
+SCALAR_VERSION: Final = "1.76.0"
+_SCALAR: Final = _Scalar(path=DOCS_PATH, version=SCALAR_VERSION)
 
 
 @get(DOCS_PATH, include_in_schema=False, media_type=MediaType.HTML, sync_to_thread=False)

@@ -35,6 +35,17 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("postgresql://unused")).get_current_head()
 
 
+def revisions_after(current: str | None) -> list[str]:
+    """The revisions an upgrade from ``current`` (None: an empty database) to head
+    applies, oldest first, each by its file's name (``0012_sql_interface``)."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql://unused"))
+    head = script.get_current_head()
+    if head is None or current == head:
+        return []
+    pending = reversed(list(script.iterate_revisions(head, current or "base")))
+    return [Path(r.path).stem for r in pending]
+
+
 def _upgrade(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "head")
 
