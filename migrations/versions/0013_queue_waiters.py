@@ -1,6 +1,6 @@
 """The SQL interface notifies only when someone waits: ``queue_waiter``, and
 ``retsu.enqueue`` / ``retsu.acknowledge`` sending their ``pg_notify`` only for a queue that
-an API process has a long poll waiting on.
+an API process has a long poll waiting on. And ``retsu_uuid7`` in PL/pgSQL.
 
 Revision ID: 0013
 Revises: 0012
@@ -38,6 +38,13 @@ docs/long-polling.md), as it finds a message inserted with ``psql``. Every other
 is either seen by that claim or announced at its commit. A caller in REPEATABLE READ
 checks with its transaction's snapshot, so a row committed after that snapshot counts as
 absent: the same ≤ 1 s.
+
+**``retsu_uuid7`` in PL/pgSQL**, the same expression: as a SQL function with a ``FROM``
+it cannot be inlined, and PostgreSQL (before 18) plans such a function's query again at
+every call; PL/pgSQL keeps its expressions' plans for the session. Measured with pgbench
+(one client, ``synchronous_commit`` off, runs of 3 s interleaved, medians of 6): one
+``retsu.enqueue`` took 0.50 ms with 0012's function and 0.33 ms with this one, the
+floor's statement 0.25 ms.
 
 **The functions are edited, not restated.** Migration 0012's definitions are read back
 from the catalogue (``pg_get_functiondef``) and each ``pg_notify`` call replaced by a call
@@ -106,6 +113,25 @@ END
 $$
 """)
     op.execute(f"REVOKE ALL ON FUNCTION {s}.retsu_wake(uuid) FROM PUBLIC")
+    # Migration 0012's UUIDv7 (see there), unchanged but for the language.
+    op.execute(f"""
+CREATE OR REPLACE FUNCTION {s}.retsu_uuid7() RETURNS uuid
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    u bytea := pg_catalog.set_bit(pg_catalog.set_bit(
+        overlay(pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
+                PLACING substring(pg_catalog.int8send(pg_catalog.floor(
+                    extract(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint) FROM 3)
+                FROM 1 FOR 6),
+        52, 1), 53, 1);
+BEGIN
+    RETURN pg_catalog.encode(pg_catalog.set_byte(u, 15,
+               (pg_catalog.get_byte(u, 15) & 224)
+               | (pg_catalog.txid_current() % 32)::integer), 'hex')::uuid;
+END
+$$
+""")
     wake = f"PERFORM {s}.retsu_wake(v_queue_id);"
     for function, calls in NOTIFY_CALLS.items():
         op.execute(f"""
