@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         "concurrency (no fetching ahead: messages held = PgQueuer's batch)",
     )
     parser.add_argument(
+        "--pair-order",
+        choices=("baseline-first", "feature-first"),
+        default="baseline-first",
+        help="groups/max-in-flight/attempts: which half of the pair runs first (default "
+        "baseline-first); run once each way to cancel the machine's drift out of the ratio",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         help="Markdown file whose generated results section is replaced "
@@ -182,6 +189,7 @@ def config_from(args: argparse.Namespace) -> Config:
     cfg.mixed_fraction = args.mixed_fraction
     cfg.mixed_basis = args.mixed_basis
     cfg.analyze = not args.stale_stats
+    cfg.pair_order = args.pair_order
     if args.consumer_rounds is not None:
         cfg.consumer_rounds = max(1, args.consumer_rounds)
     return cfg

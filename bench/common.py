@@ -23,6 +23,8 @@ PAYLOAD_BYTES = 512
 PRIORITY_VALUES = (3, 2, 1)
 DEFAULT_TTL_SECONDS = 604800  # a queue's default message lifetime (7 days)
 DELAYED_STATE = int(MessageState.DELAYED)  # inside its first delay (migration 0005)
+READY_STATE = int(MessageState.READY)
+WAITING_STATE = int(MessageState.WAITING)  # behind its group's head (migration 0009)
 
 
 def payload(size: int = PAYLOAD_BYTES) -> str:
@@ -141,6 +143,74 @@ async def retsu_prefill_delayed(
 ) -> None:
     await connection.execute(
         RETSU_PREFILL_DELAYED, queue_id, body, float(DEFAULT_TTL_SECONDS), count, float(seconds)
+    )
+
+
+# Grouped messages as Retsu's enqueue leaves them (migration 0009), in one statement:
+# ``$5`` groups (``group-0`` …), row ``i`` in group ``(i - 1) % $5``, so each group's
+# messages are spread over the whole backlog in enqueue order. Each group's first message is
+# its head: READY with its wait key (its own enqueue order, the group never having been
+# delivered); the others WAITING (no wait key), counted as ready. One ``queue_group`` row per
+# group (pending 1, the rest waiting, head_key the head's wait key); the rollup counts every
+# message as ready and enqueued and each group once on the counter row
+# ``retsu_group_apply`` uses for it (priority 2, shard from md5 of the key). Enqueue orders
+# are drawn here, in row order, so the heads' wait keys are known in the same statement.
+# The integration test compares the result with retsu_enqueue's for the same messages.
+RETSU_PREFILL_GROUPED = f"""
+WITH numbered AS (
+    SELECT i, nextval('queue_message_enqueue_order_seq') AS o, {_UUID7_OF_I} AS id,
+           i <= $5::integer AS head, 'group-' || ((i - 1) % $5::integer) AS group_key
+    FROM generate_series(1, $4::integer) AS i
+    ORDER BY i
+), stored AS (
+    INSERT INTO queue_message
+        (enqueue_order, id, queue_id, payload, priority, state, enqueued_at, expires_at,
+         available_after, delivery_attempts, group_key, wait_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT n.o, n.id, $1, $2, (ARRAY[3, 2, 1])[1 + n.i % 3]::smallint,
+           CASE WHEN n.head THEN {READY_STATE} ELSE {WAITING_STATE} END, now(),
+           now() + make_interval(secs => $3), now(), 0, n.group_key,
+           CASE WHEN n.head THEN n.o END
+    FROM numbered AS n
+    ORDER BY n.i
+    RETURNING queue_id, id, priority, state, group_key, wait_key
+), lanes AS (
+    INSERT INTO queue_group (queue_id, group_key, pending, waiting, head_key)
+    SELECT $1, s.group_key, count(*) FILTER (WHERE s.state = {READY_STATE}),
+           count(*) FILTER (WHERE s.state = {WAITING_STATE}), max(s.wait_key)
+    FROM stored AS s
+    GROUP BY s.group_key
+    ORDER BY s.group_key
+    RETURNING group_key
+), deltas AS (
+    SELECT s.priority, retsu_shard(s.id) AS shard, 1 AS messages, 0 AS groups
+    FROM stored AS s
+    UNION ALL
+    SELECT 2::smallint, (get_byte(decode(md5(l.group_key), 'hex'), 0) & 31)::smallint, 0, 1
+    FROM lanes AS l
+), counted AS (
+    INSERT INTO queue_state_rollup AS c (queue_id, priority, shard, ready, enqueued, groups)
+    SELECT $1, d.priority, d.shard, sum(d.messages), sum(d.messages), sum(d.groups)
+    FROM deltas AS d
+    GROUP BY 2, 3
+    ORDER BY 2, 3
+    ON CONFLICT (queue_id, priority, shard) DO UPDATE
+    SET ready = c.ready + excluded.ready, enqueued = c.enqueued + excluded.enqueued,
+        groups = c.groups + excluded.groups
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM lanes), (SELECT count(*) FROM counted)
+"""
+
+
+async def retsu_prefill_grouped(
+    connection: asyncpg.Connection, queue_id: uuid.UUID, count: int, groups: int, body: str
+) -> None:
+    """``count`` messages in ``groups`` groups of an empty queue (``RETSU_PREFILL_GROUPED``).
+    One statement: the groups' rows cannot be continued by a second batch without Retsu's
+    own lane bookkeeping, so the whole backlog goes in at once (100,000 rows: seconds)."""
+    await connection.execute(
+        RETSU_PREFILL_GROUPED, queue_id, body, float(DEFAULT_TTL_SECONDS), count, groups
     )
 
 

@@ -26,6 +26,7 @@ from bench.common import (
     payload,
     retsu_prefill,
     retsu_prefill_delayed,
+    retsu_prefill_grouped,
     retsu_reset,
 )
 from bench.retsu_system import migrate
@@ -213,20 +214,21 @@ class FloorSystem:
             await self._pool.close()
             self._pool = None
 
-    async def new_queue(self) -> None:
+    async def new_queue(self, *, max_in_flight: int | None = None) -> None:
         assert self._sql is not None
         await retsu_reset(self._sql)
         self._queues += 1
         self._queue_id = _new_id()
         await self._sql.execute(
             "INSERT INTO queue (id, name, visibility_timeout_seconds, max_delivery_attempts, "
-            "default_message_ttl_seconds, paused, created_at, updated_at) "
-            "VALUES ($1, $2, $3, $4, $5, false, now(), now())",
+            "default_message_ttl_seconds, paused, created_at, updated_at, max_in_flight) "
+            "VALUES ($1, $2, $3, $4, $5, false, now(), now(), $6)",
             self._queue_id,
             f"bench-{self._queues}",
             self.visibility_timeout,
             self.max_attempts,
             DEFAULT_TTL_SECONDS,
+            max_in_flight,
         )
 
     async def open_ops(self, count: int) -> list[FloorOps]:
@@ -243,6 +245,10 @@ class FloorSystem:
     async def prefill_delayed(self, count: int, seconds: int) -> None:
         assert self._sql is not None
         await retsu_prefill_delayed(self._sql, self.queue_id, count, self.payload, seconds)
+
+    async def prefill_grouped(self, count: int, groups: int) -> None:
+        assert self._sql is not None
+        await retsu_prefill_grouped(self._sql, self.queue_id, count, groups, self.payload)
 
 
 # -- the SQL interface (SPEC §3.13) ---------------------------------------------------------

@@ -153,6 +153,7 @@ async def _explained(connection: asyncpg.Connection, system: Any) -> list[str]:
                     visibility_timeout=system.visibility_timeout,
                     elapsed_batch=s.dead_letter_batch_size,
                     reason=s.dead_letter_reason,
+                    consumer=None,
                 ),
             )
             claimed = [r for r in rows if r["id"] is not None]
@@ -162,6 +163,7 @@ async def _explained(connection: asyncpg.Connection, system: Any) -> list[str]:
                     queue_id=system.queue_id,
                     ids=[r["id"] for r in claimed],
                     handles=[r["receipt_handle"] for r in claimed],
+                    results=None,
                 ),
             )
         else:

@@ -22,7 +22,14 @@ import msgspec
 import psutil  # type: ignore[import-untyped]
 
 from bench.client import Connection, DeliveredOut, Requests, encode_request, wait_until_ready
-from bench.common import OpError, payload, retsu_prefill, retsu_prefill_delayed, retsu_reset
+from bench.common import (
+    OpError,
+    payload,
+    retsu_prefill,
+    retsu_prefill_delayed,
+    retsu_prefill_grouped,
+    retsu_reset,
+)
 
 # How `retsu` is started. BENCH_RETSU_COMMAND (a command line, e.g. a patched
 # launcher) lets a proposed change be measured before it lands in src/.
@@ -307,13 +314,17 @@ class RetsuSystem:
         finally:
             connection.close()
 
-    async def new_queue(self) -> None:
-        """An empty queue of its own for the next scenario (earlier messages removed)."""
+    async def new_queue(self, *, max_in_flight: int | None = None) -> None:
+        """An empty queue of its own for the next scenario (earlier messages removed),
+        created through the API, with ``max_in_flight`` when given."""
         assert self._sql is not None
         await retsu_reset(self._sql)
         self._queues += 1
-        name = f"bench-{self._queues}"
-        status, body = await self._post("/v1/queues", b'{"name":"%s"}' % name.encode())
+        settings: dict[str, Any] = {"name": f"bench-{self._queues}"}
+        if max_in_flight is not None:
+            settings["max_in_flight"] = max_in_flight
+        name = settings["name"]
+        status, body = await self._post("/v1/queues", msgspec.json.encode(settings))
         if status != 201:
             raise RuntimeError(f"creating queue {name}: HTTP {status} {body[:300]!r}")
         self.queue_id = uuid.UUID(msgspec.json.decode(body)["id"])
@@ -366,6 +377,10 @@ class RetsuSystem:
     async def prefill_delayed(self, count: int, seconds: int) -> None:
         assert self._sql is not None
         await retsu_prefill_delayed(self._sql, self.queue_id, count, self.payload, seconds)
+
+    async def prefill_grouped(self, count: int, groups: int) -> None:
+        assert self._sql is not None and self.queue_id is not None
+        await retsu_prefill_grouped(self._sql, self.queue_id, count, groups, self.payload)
 
     def api_pids(self) -> list[int]:
         return self.api.api_pids()

@@ -21,7 +21,8 @@ from bench.floor import FloorSystem, SqlInterfaceSystem
 from bench.minimal_system import MinimalSystem
 from bench.pgqueuer_system import PgQueuerSystem
 from bench.retsu_system import RetsuSystem
-from bench.scenarios import Config, Result, System
+from bench.scenarios import Config, FeatureSystem, Result, System
+from bench.what_if import ATTEMPTS_NOT_RECORDED, WhatIf
 
 
 @dataclass
@@ -138,6 +139,65 @@ async def run_one(
     raise ValueError(f"unknown scenario {scenario!r}")
 
 
+def applies(scenario: str, system: object) -> bool:
+    """The paired scenarios need Retsu's schema: Retsu and its SQL floor only."""
+    return scenario not in scenarios.PAIRED or isinstance(system, (RetsuSystem, FloorSystem))
+
+
+async def run_paired(
+    scenario: str, system: FeatureSystem, cfg: Config, window: scenarios.Window
+) -> list[Result]:
+    """A new feature's run and its baseline's (``scenarios.PAIRED``), each on a fresh queue."""
+    baseline = scenarios.PAIRED[scenario]
+
+    async def steady(name: str, max_in_flight: int | None = None) -> Result:
+        await system.new_queue(max_in_flight=max_in_flight)
+        return await scenarios.steady(system, cfg, cfg.backlog_small, name, system.prefill, window)
+
+    if scenario == "groups":
+        total = cfg.group_count * cfg.group_size
+
+        async def grouped(name: str, groups: int | None) -> Result:
+            await system.new_queue()
+
+            async def prefill() -> None:
+                if groups is None:
+                    await system.prefill(total)
+                else:
+                    await system.prefill_grouped(total, groups)
+
+            result = await scenarios.prefilled(system, cfg, name, prefill, window, total=total)
+            if groups is not None:
+                result.extra["groups"] = groups
+            return result
+
+        return await scenarios.paired(
+            cfg, lambda: grouped(scenario, cfg.group_count), lambda: grouped(baseline, None)
+        )
+    if scenario == "max-in-flight":
+
+        async def capped() -> Result:
+            result = await steady(scenario, cfg.never_reached_cap)
+            result.notes.append(f"queue max_in_flight {cfg.never_reached_cap:,}")
+            return result
+
+        return await scenarios.paired(cfg, capped, lambda: steady(baseline))
+    if scenario == "attempts":
+
+        async def not_recorded() -> Result:
+            async with WhatIf(system.database_url, ATTEMPTS_NOT_RECORDED):
+                result = await steady(baseline)
+            result.notes.append(
+                "what-if: "
+                + ", ".join(r.function for r in ATTEMPTS_NOT_RECORDED)
+                + " redefined without the attempt record in this run's database"
+            )
+            return result
+
+        return await scenarios.paired(cfg, lambda: steady(scenario), not_recorded)
+    raise ValueError(f"unknown paired scenario {scenario!r}")
+
+
 async def run(options: Options) -> RunOutcome:
     cfg = options.config
     databases = Databases(options.admin_url)
@@ -246,22 +306,29 @@ async def run(options: Options) -> RunOutcome:
             for system in systems:
                 if scenario not in getattr(system, "scenarios", (scenario,)):
                     continue  # a system that offers only some scenarios (the SQL interface)
-                await system.new_queue()
+                if not applies(scenario, system):
+                    log(f"  {scenario}: not applicable to {system.name}; skipped")
+                    continue
                 window = _Window(options.admin_url, databases.names(), api_pids)
                 began = time.perf_counter()
-                result = await run_one(scenario, cast(System, system), cfg, window, peaks)
+                if scenario in scenarios.PAIRED:
+                    produced = await run_paired(scenario, cast(FeatureSystem, system), cfg, window)
+                else:
+                    await system.new_queue()
+                    produced = [await run_one(scenario, cast(System, system), cfg, window, peaks)]
+                took = time.perf_counter() - began
                 spread = getattr(system, "take_spread", lambda: None)()
-                if spread:
-                    result.notes.append(f"client connections per API process {spread}")
-                results.append(result)
-                peaks[f"{system.key}:{scenario}"] = result.rate
-                errors = sum(result.latency.errors.values())
-                log(
-                    f"  {scenario:<16} {system.name:<34} {result.rate:>10,.0f} msg/s"
-                    f"  ({result.messages:,} in {result.seconds:.1f} s; scenario took "
-                    f"{time.perf_counter() - began:.1f} s"
-                    + (f"; errors: {errors})" if errors else ")")
-                )
+                for result in produced:
+                    if spread:
+                        result.notes.append(f"client connections per API process {spread}")
+                    results.append(result)
+                    peaks[f"{system.key}:{result.scenario}"] = result.rate
+                    errors = sum(result.latency.errors.values())
+                    log(
+                        f"  {result.scenario:<16} {system.name:<34} {result.rate:>10,.0f} msg/s"
+                        f"  ({result.messages:,} in {result.seconds:.1f} s; scenario took "
+                        f"{took:.1f} s" + (f"; errors: {errors})" if errors else ")")
+                    )
             process = retsu.api.process if retsu is not None else None
             if retsu is not None and process is not None and process.poll() is not None:
                 raise RuntimeError(f"retsu api exited:\n{retsu.api.output()}")

@@ -42,7 +42,20 @@ SCENARIOS = (
     "mixed",
     "consumer-1",
     "consumer-10",
+    "groups",
+    "max-in-flight",
+    "attempts",
 )
+
+# The new features' costs (SPEC §7b, issue 24): each of these scenarios measures its feature
+# and, seconds apart in the same scenario, the same load without it; the results carry the
+# scenario's name and ``<scenario>:<baseline>``. They run on Retsu and its SQL floor (the
+# minimal floor and PgQueuer have no groups, caps or attempt records).
+PAIRED = {
+    "groups": "groups:ungrouped",
+    "max-in-flight": "max-in-flight:none",
+    "attempts": "attempts:not-recorded",
+}
 
 TITLES = {
     "enqueue-1": "enqueue, 1 message per request",
@@ -59,6 +72,15 @@ TITLES = {
     "no-op handler, draining a backlog",
     "consumer-10": "consumer runner vs consumer runner, concurrency 10 (PgQueuer batch 10), "
     "no-op handler, draining a backlog",
+    "groups": "dequeue + ack (1 per request) over 10,000 groups × 10 messages, prefilled",
+    "groups:ungrouped": "dequeue + ack (1 per request) over the same backlog ungrouped, prefilled",
+    "max-in-flight": "dequeue + ack (1 per request), backlog ~1,000, queue max_in_flight "
+    "1,000,000 (never reached)",
+    "max-in-flight:none": "dequeue + ack (1 per request), backlog ~1,000, no max_in_flight "
+    "(the pair's baseline)",
+    "attempts": "dequeue + ack (1 per request), backlog ~1,000, attempts recorded (as shipped)",
+    "attempts:not-recorded": "dequeue + ack (1 per request), backlog ~1,000, the claim and "
+    "acknowledge functions without their attempt record (what-if in the run's own database)",
 }
 
 
@@ -96,6 +118,17 @@ class System(Protocol):
         ...
 
 
+class FeatureSystem(System, Protocol):
+    """Retsu or its SQL floor: what the paired scenarios (``PAIRED``) need besides."""
+
+    async def new_queue(self, *, max_in_flight: int | None = None) -> None: ...
+
+    async def prefill_grouped(self, count: int, groups: int) -> None:
+        """``count`` messages of an empty queue in ``groups`` groups, as Retsu's enqueue
+        stores them (``group_max_in_flight`` the default 1: ordered lanes)."""
+        ...
+
+
 class ConsumingSystem(System, Protocol):
     """A system whose consumer is its own (PgQueuer): it runs the consuming scenarios."""
 
@@ -129,6 +162,10 @@ class Config:
     consumer_batch: int = 10_000  # consumer-10
     consumer_rounds: int = 3  # drains per system, alternating systems
     consumer_max_seconds: float = 60.0  # a consumer drain stops here; rate = done / time
+    group_count: int = 10_000  # groups: the groups of the prefilled backlog
+    group_size: int = 10  # groups: messages per group
+    never_reached_cap: int = 1_000_000  # max-in-flight: the queue's cap (Retsu's maximum)
+    pair_order: str = "baseline-first"  # or "feature-first": the halves of a paired scenario
     quick: bool = False
 
 
@@ -391,6 +428,57 @@ async def steady(
     if note:
         result.notes.append(note)
     return result
+
+
+async def prefilled(
+    system: System,
+    cfg: Config,
+    scenario: str,
+    prefill: Callable[[], Awaitable[None]],
+    window: Window,
+    *,
+    total: int,
+) -> Result:
+    """Dequeue + ack one at a time over a backlog of ``total`` prefilled messages, no
+    keeper: the warm-up and the window take a part of it (the groups scenario's lanes cannot
+    be topped up without Retsu's own enqueue; its ungrouped baseline is measured the same
+    way)."""
+    await prefill()
+    if cfg.analyze:
+        await system.analyze()
+    consumed = Counter()
+    ops = await system.open_ops(cfg.connections)
+    latency = LatencyRecorder()
+    stop = asyncio.Event()
+    workers = [asyncio.create_task(_steady_worker(o, stop, latency, consumed)) for o in ops]
+    try:
+        messages, seconds, note, cpu = await measure_window(cfg, consumed, latency, window)
+    finally:
+        stop.set()
+        await asyncio.gather(*workers, return_exceptions=True)
+        for o in ops:
+            o.close()
+    result = Result(scenario, system.name, system.key, messages, seconds, latency, cpu)
+    result.extra["prefilled"] = total
+    result.extra["left_at_end"] = total - consumed.value
+    if note:
+        result.notes.append(note)
+    result.notes.append(f"{consumed.value:,} of the {total:,} prefilled messages consumed")
+    return result
+
+
+async def paired(
+    cfg: Config,
+    feature: Callable[[], Awaitable[Result]],
+    baseline: Callable[[], Awaitable[Result]],
+) -> list[Result]:
+    """A feature's run and its baseline's, one after the other (``cfg.pair_order``), so their
+    ratio is measured seconds apart; the feature's result first."""
+    if cfg.pair_order == "feature-first":
+        measured = await feature()
+        return [measured, await baseline()]
+    without = await baseline()
+    return [await feature(), without]
 
 
 # -- mixed: paced producers and consumers ---------------------------------------------

@@ -857,7 +857,14 @@ BEGIN
     IF v_cap IS NOT NULL THEN
         -- Claims of a capped queue one at a time: each sees the leases the last one made.
         PERFORM pg_advisory_xact_lock({QUEUE_LOCK_KEY});
-        SELECT greatest(v_cap - coalesce(sum(c.in_flight), 0), 0) INTO v_new_allowed
+        -- The rollup does not yet hold step 1's changes (written at the end): the
+        -- exhausted leases this claim buried are not in flight, and never use the cap
+        -- (SPEC §3.3: an exhausted message never hides a deliverable one).
+        SELECT greatest(
+                   v_cap - coalesce(sum(c.in_flight), 0)
+                   - (SELECT coalesce(sum(x), 0) FROM unnest(d_in_flight) AS x),
+                   0)
+        INTO v_new_allowed
         FROM queue_state_rollup AS c WHERE c.queue_id = p_queue_id;
     END IF;
 
@@ -1215,9 +1222,12 @@ BEGIN
         RETURN QUERY SELECT false, 0::bigint, false;
         RETURN;
     END IF;
+    -- The fast path when the queue has no live lane: the claim's own test, one entry of
+    -- queue_group_live_idx. (Asking for a leased group instead walked every group row of
+    -- the queue: 2 ms and ~150 buffers an ack over 10,000 groups, the groups benchmark.)
     IF v_retention = 0 AND NOT EXISTS (
         SELECT 1 FROM queue_group AS g
-        WHERE g.queue_id = p_queue_id AND g.leased > 0)
+        WHERE g.queue_id = p_queue_id AND g.leased + g.pending + g.waiting + g.waiting_delayed > 0)
     THEN
         RETURN QUERY
         WITH removed AS (

@@ -271,6 +271,30 @@ class LimitsContract:
         await q.ack(result.messages[0])
         assert await payloads(q) == ["m3"]
 
+    async def test_an_exhausted_lease_never_uses_the_cap_of_the_claim_that_buries_it(
+        self, harness: RepositoryHarness
+    ) -> None:
+        """SPEC §3.3: an exhausted message never hides a deliverable one — not through the
+        cap either. The released message with no attempts left is not in flight (§3.2),
+        so the claim that dead-letters it delivers the next message under a cap of 1."""
+        q = await flow(harness, max_in_flight=1, max_delivery_attempts=1)
+        await q.send_payloads("spent", "next")
+        (spent,) = (await claim(q, 1)).messages
+        await release(q, spent)
+        result = await claim(q)
+        assert (result.dead_lettered, [m.payload for m in result.messages]) == (1, ["next"])
+
+    async def test_an_ended_lease_is_redelivered_under_a_full_cap(
+        self, harness: RepositoryHarness
+    ) -> None:
+        """The lease that ended is the one using the cap: its redelivery replaces it."""
+        q = await flow(harness, max_in_flight=1)
+        await q.send_payloads("m1", "m2")
+        await claim(q, 1, visibility=5)
+        await q.advance(6)
+        again = await claim(q)
+        assert [(m.payload, m.delivery_attempts) for m in again.messages] == [("m1", 2)]
+
     async def test_an_unreached_cap_throttles_nothing(self, harness: RepositoryHarness) -> None:
         q = await flow(harness, max_in_flight=100)
         await q.send_payloads("m1", "m2")

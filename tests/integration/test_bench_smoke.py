@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -187,6 +189,132 @@ async def test_the_held_horizon_holds_an_xid_in_the_systems_database_until_it_en
         assert [h for h in health.holders if h.name == HELD_HORIZON_APPLICATION] == []
     finally:
         await engine.dispose()
+
+
+async def test_the_grouped_prefill_stores_what_retsu_enqueue_stores(bench_database: str) -> None:
+    """The groups scenario's fast prefill (one INSERT … SELECT) leaves the rows, lanes and
+    counters that Retsu's own enqueue leaves for the same messages, enqueued in one batch."""
+    from bench.common import DEFAULT_TTL_SECONDS, plain_url, retsu_prefill_grouped
+    from bench.floor import FloorSystem
+
+    count, groups = 14, 4
+    floor = FloorSystem(plain_url(bench_database), pool_size=1)
+    await floor.start()  # `retsu migrate`
+    try:
+        await floor.new_queue()
+        fast = floor.queue_id
+        await retsu_prefill_grouped(floor.pool, fast, count, groups, floor.payload)
+        real = uuid.uuid4()
+        await floor.pool.execute(
+            "INSERT INTO queue (id, name, visibility_timeout_seconds, max_delivery_attempts, "
+            "default_message_ttl_seconds, paused, created_at, updated_at) "
+            "VALUES ($1, 'real', 30, 5, $2, false, now(), now())",
+            real,
+            DEFAULT_TTL_SECONDS,
+        )
+        await floor.pool.execute(
+            "SELECT * FROM retsu_enqueue($1, $2, $3, $4, $5, $6, $7)",
+            real,
+            [uuid.uuid4() for _ in range(count)],
+            [floor.payload] * count,
+            [(3, 2, 1)[(i + 1) % 3] for i in range(count)],  # row i + 1: ARRAY[3,2,1][1 + i % 3]
+            [None] * count,
+            [0] * count,
+            [f"group-{i % groups}" for i in range(count)],
+        )
+
+        async def stored(queue_id: uuid.UUID) -> dict[str, Any]:
+            messages = await floor.pool.fetch(
+                "SELECT priority, state, group_key, wait_key = enqueue_order AS head_key, "
+                "wait_key IS NULL AS no_key, delivery_attempts, available_after <= now() AS now "
+                "FROM queue_message WHERE queue_id = $1 ORDER BY enqueue_order",
+                queue_id,
+            )
+            lanes = await floor.pool.fetch(
+                "SELECT g.group_key, g.leased, g.pending, g.waiting, g.waiting_delayed, "
+                "g.last_delivery_key, g.head_key = (SELECT min(m.enqueue_order) "
+                "FROM queue_message AS m WHERE m.queue_id = g.queue_id "
+                "AND m.group_key = g.group_key) AS head_key "
+                "FROM queue_group AS g WHERE g.queue_id = $1 ORDER BY g.group_key",
+                queue_id,
+            )
+            by_priority = await floor.pool.fetch(
+                "SELECT priority, sum(ready) AS ready, sum(in_flight) AS in_flight, "
+                "sum(delayed) AS delayed, sum(enqueued) AS enqueued "
+                "FROM queue_state_rollup WHERE queue_id = $1 GROUP BY 1 ORDER BY 1",
+                queue_id,
+            )
+            groups_by_row = await floor.pool.fetch(
+                "SELECT priority, shard, groups FROM queue_state_rollup "
+                "WHERE queue_id = $1 AND groups <> 0 ORDER BY 1, 2",
+                queue_id,
+            )
+            return {
+                "messages": [dict(r) for r in messages],
+                "lanes": [dict(r) for r in lanes],
+                "by_priority": [dict(r) for r in by_priority],
+                "groups": [dict(r) for r in groups_by_row],
+            }
+
+        made, expected = await stored(fast), await stored(real)
+        assert made == expected
+        assert len(made["lanes"]) == groups and sum(g["groups"] for g in made["groups"]) == groups
+    finally:
+        await floor.stop()
+
+
+async def test_the_paired_scenarios_run_on_a_real_api(
+    postgres_server: PostgresServer, bench_database: str
+) -> None:
+    """groups, max-in-flight and attempts each give their feature's figure and their
+    baseline's; the attempts what-if puts Retsu's functions back when it ends."""
+    from bench import runner, scenarios
+    from bench.common import CpuWindow, plain_url
+    from bench.retsu_system import RetsuSystem
+    from bench.what_if import ATTEMPTS_NOT_RECORDED, WhatIf
+
+    database_url = plain_url(bench_database)
+    system = RetsuSystem(database_url, workers=1, max_connections=4)
+    cfg = scenarios.Config(
+        duration=0.3,
+        connections=3,
+        backlog_small=50,
+        warmup_messages=20,
+        warmup_max_seconds=5,
+        keeper_chunk=20,
+        group_count=100,
+        group_size=5,
+    )
+    await system.start()
+    try:
+        name = database_url.rsplit("/", 1)[1]
+        window = CpuWindow(postgres_server.admin_url, [name], system.api_pids())
+        for scenario, order in (
+            ("groups", "baseline-first"),
+            ("max-in-flight", "feature-first"),
+            ("attempts", "baseline-first"),
+        ):
+            cfg.pair_order = order
+            results = await runner.run_paired(scenario, system, cfg, window)
+            assert [r.scenario for r in results] == [scenario, scenarios.PAIRED[scenario]]
+            for result in results:
+                assert result.latency.errors == {}, (scenario, result.latency.error_examples)
+                assert result.messages > 0, (scenario, result.notes)
+        definitions = [
+            await system._sql.fetchval("SELECT pg_get_functiondef($1::regproc)", r.function)
+            for r in ATTEMPTS_NOT_RECORDED
+        ]
+        assert all("retsu_new_attempt" in d for d in definitions[:2])
+        assert "'acknowledged'" in definitions[2]
+        async with WhatIf(database_url, ATTEMPTS_NOT_RECORDED):
+            inside = await system._sql.fetchval(
+                "SELECT pg_get_functiondef('retsu_dequeue'::regproc)"
+            )
+            assert "retsu_new_attempt" not in inside and "plan_cache_mode" in inside
+        after = await system._sql.fetchval("SELECT pg_get_functiondef('retsu_dequeue'::regproc)")
+        assert after == definitions[0]
+    finally:
+        await system.stop()
 
 
 async def test_the_sql_interface_enqueues_single_and_100_in_a_transaction(

@@ -407,6 +407,8 @@ async def test_purge_and_delete(client: httpx.AsyncClient, operator_database: st
         "delayed": 0,
         "dead_letters": 0,
         "oldest_ready_age_seconds": 0.0,
+        "groups": 0,
+        "completed": 0,
     }
     listed = (await client.get("/v1/queues", params={"name": name})).json()
     assert [q["id"] for q in listed["items"]] == [reborn]

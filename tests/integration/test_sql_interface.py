@@ -728,16 +728,7 @@ async def test_a_never_delivered_message_cannot_be_acknowledged(
     assert await stored(owner, queue) == 1
 
 
-# A known gap of the HTTP route, not of this contract: strict, so wiring it turns this red
-# until the mark goes.
-_HTTP_TAKES_NO_RESULT = pytest.mark.xfail(
-    strict=True, reason="POST …/acknowledge does not take `result` yet (SPEC §3.3, issue 20)"
-)
-
-
-@pytest.mark.parametrize(
-    "driver", [pytest.param("http", marks=_HTTP_TAKES_NO_RESULT), "sql"], indirect=True
-)
+@pytest.mark.parametrize("driver", ["http", "sql"], indirect=True)
 async def test_a_result_is_kept_when_the_queue_keeps_completed_messages(
     driver: Driver, http: httpx.AsyncClient, owner: asyncpg.Connection
 ) -> None:

@@ -49,8 +49,8 @@ def _outcome() -> RunOutcome:
 
 def test_every_target_is_listed_with_its_ratio_and_verdict() -> None:
     rows = {target: (measured, met) for target, _goal, measured, met in target_rows(_outcome())}
-    assert len(rows) == 14  # SPEC §7b: seven ratios (one of them retsu.enqueue vs the SQL
-    # floor), two consumer runners, three sensitivities, p99, RSS
+    assert len(rows) == 17  # SPEC §7b: seven ratios (one of them retsu.enqueue vs the SQL
+    # floor), two consumer runners, three sensitivities, three new features' costs, p99, RSS
     assert rows["single-message HTTP enqueue"] == ("**1.30×** (1,300 vs 1,000 msg/s)", True)
     assert rows["single-message HTTP dequeue + ack"][1] is False  # 0.90 < 1.0
     assert rows["batched (100) HTTP enqueue"][1] is True  # 1.00 ≥ 1.0
@@ -81,7 +81,7 @@ def test_every_target_is_listed_with_its_ratio_and_verdict() -> None:
 def test_the_targets_come_first_in_the_rendered_section() -> None:
     section = render(_outcome(), {"date": "today"})
     assert section.index("### Targets") < section.index("### All figures")
-    assert "5 of 11 measured targets met (14 in SPEC §7b)." in targets_table(_outcome())
+    assert "5 of 11 measured targets met (17 in SPEC §7b)." in targets_table(_outcome())
 
 
 def test_the_held_horizon_table_shows_each_systems_ratio_and_dead_rows() -> None:
@@ -93,3 +93,59 @@ def test_the_held_horizon_table_shows_each_systems_ratio_and_dead_rows() -> None
     table = section.split("### A transaction held open in the database (SPEC §10)", 1)[1]
     assert "| retsu | 1,000 | 750 | 0.75 | 500 | 25,000 |" in table
     assert "| pgqueuer | 600 | 540 | 0.90 | 500 | 25,000 |" in table
+
+
+GROUPS = "dequeue + ack on a queue of 10,000 groups × 10 messages vs the same run ungrouped"
+CAP = "dequeue + ack with a `max_in_flight` cap that is never reached vs none"
+ATTEMPTS = "dequeue + ack with attempts recorded vs the same statements without the record"
+HELD = "dequeue + ack with a transaction held open elsewhere for the whole window vs none"
+
+
+def _with(outcome: RunOutcome, rates: dict[tuple[str, str], float]) -> RunOutcome:
+    outcome.results.extend(_result(scenario, key, rate) for (scenario, key), rate in rates.items())
+    return outcome
+
+
+def _rows(outcome: RunOutcome) -> dict[str, tuple[str, bool | None]]:
+    return {target: (measured, met) for target, _goal, measured, met in target_rows(outcome)}
+
+
+def test_the_new_features_costs_are_each_against_their_own_baseline() -> None:
+    """groups, max-in-flight and attempts each compare with the baseline measured in the
+    same paired scenario (not with backlog-1k); Retsu HTTP when it ran, else the floor."""
+    outcome = _with(
+        _outcome(),
+        {
+            ("groups", "retsu"): 700.0,
+            ("groups:ungrouped", "retsu"): 1000.0,
+            ("max-in-flight", "retsu"): 950.0,
+            ("max-in-flight:none", "retsu"): 1000.0,
+            ("attempts", "floor"): 880.0,
+            ("attempts:not-recorded", "floor"): 1000.0,
+            ("attempts", "retsu"): 500.0,  # its baseline is missing: the floor's pair counts
+        },
+    )
+    rows = _rows(outcome)
+    assert rows[GROUPS] == ("**0.70** (700 vs 1,000 msg/s, Retsu HTTP)", False)
+    assert rows[CAP] == ("**0.95** (950 vs 1,000 msg/s, Retsu HTTP)", True)
+    assert rows[ATTEMPTS] == ("**0.88** (880 vs 1,000 msg/s, floor)", False)
+    section = render(outcome, {"date": "today"})
+    table = section.split("### New features' costs (SPEC §7b, issue 24)", 1)[1]
+    assert "| groups (vs ungrouped) | retsu | 700 | 1,000 | 0.70 |" in table
+    assert "| max-in-flight (vs none) | retsu | 950 | 1,000 | 0.95 |" in table
+    assert "| attempts (vs not-recorded) | floor | 880 | 1,000 | 0.88 |" in table
+    assert "| attempts (vs not-recorded) | retsu |" not in table
+
+
+def test_the_new_features_are_not_measured_without_their_pairs() -> None:
+    rows = _rows(_with(_outcome(), {("groups", "retsu"): 700.0}))
+    for target in (GROUPS, CAP, ATTEMPTS):
+        assert rows[target] == ("not measured", None)
+    assert "### New features' costs" not in render(_outcome(), {"date": "today"})
+
+
+def test_the_held_horizon_target_is_a_line_of_its_own() -> None:
+    assert _rows(_outcome())[HELD] == ("**0.75** (750 vs 1,000 msg/s)", False)
+    assert f"| {HELD} | ≥ 0.8 | **0.75** (750 vs 1,000 msg/s) | **no** |" in targets_table(
+        _outcome()
+    )

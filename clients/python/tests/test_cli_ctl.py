@@ -256,3 +256,151 @@ def _clean_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith("RETSU_")}
+
+
+def test_flow_control_settings_on_create_update_and_show(run: Run, target: Target) -> None:
+    name = unique("ctl")
+    code, out, _ = run(
+        "queues",
+        "create",
+        name,
+        "--group-max-in-flight",
+        "2",
+        "--max-in-flight",
+        "10",
+        "--rate-limit",
+        "5:10",
+        "--group-rate-limit",
+        "0.5",
+        "--completed-retention",
+        "60",
+    )
+    lines = dict(line.split(None, 1) for line in out.strip().splitlines())
+    assert code == 0
+    assert (lines["group_max_in_flight"], lines["max_in_flight"]) == ("2", "10")
+    assert lines["rate_limit"] == "5/s, burst 10"
+    assert lines["group_rate_limit"] == "0.5/s, burst 1"
+    assert lines["completed_retention_seconds"] == "60"
+
+    code, out, _ = run("queues", "update", name, "--max-in-flight", "none", "--rate-limit", "none")
+    lines = dict(line.split(None, 1) for line in out.strip().splitlines())
+    assert code == 0 and (lines["max_in_flight"], lines["rate_limit"]) == ("none", "none")
+    assert lines["group_rate_limit"] == "0.5/s, burst 1"  # not given: unchanged
+    queue = target.client().get_queue(name)
+    assert (queue.max_in_flight, queue.rate_limit, queue.group_max_in_flight) == (None, None, 2)
+
+    code, out, _ = run("queues", "show", name)
+    assert code == 0 and "groups" in out and "completed" in out
+    for bad in (["--rate-limit", "fast"], ["--max-in-flight", "lots"]):
+        with pytest.raises(SystemExit) as exit_:
+            run("queues", "update", name, *bad)
+        assert exit_.value.code == 2
+
+
+def test_groups_lists_a_queues_lanes(run: Run) -> None:
+    name = unique("ctl")
+    run("queues", "create", name)
+    run("messages", "send", name, "one", "--group", "tenant-a")
+    run("messages", "send", name, "two", "--group", "tenant-a")
+    run("messages", "send", name, "three", "--group", "tenant-b", "--delay", "60")
+
+    code, out, _ = run("groups", name)
+    header, *rows = out.strip().splitlines()
+    assert code == 0 and header.split()[:5] == ["GROUP", "STATE", "READY", "IN_FLIGHT", "DELAYED"]
+    assert sorted(row.split()[:2] for row in rows) == [
+        ["tenant-a", "ready"],
+        ["tenant-b", "waiting"],
+    ]
+
+    code, out, _ = run("groups", name, "--state", "waiting")
+    assert code == 0 and "tenant-b" in out and "tenant-a" not in out
+    code, out, _ = run("groups", name, "--json")
+    assert code == 0 and len(json.loads(out)["items"]) == 2
+
+
+def test_messages_list_searches_and_show_prints_the_timeline(run_fake: Run) -> None:
+    retsu = run_fake.target.client(consumer="mailer-1")
+    name = retsu.create_queue(unique("ctl"), completed_retention_seconds=60).name
+    wanted = retsu.enqueue_json(name, {"customer": 42}, group="c42").id
+    message = retsu.dequeue(name)
+    assert message is not None and message.id == wanted
+    retsu.release(name, message, error="SMTPError: 451 try again")
+    message = retsu.dequeue(name)
+    assert message is not None and message.id == wanted
+    retsu.acknowledge(name, message, result='{"sent": true}')
+    retsu.enqueue_json(name, {"customer": 7})
+
+    code, out, _ = run_fake("messages", "list", name, "--match", '{"customer": 7}')
+    assert code == 0 and '{"customer":7}' in out and "c42" not in out
+    code, out, _ = run_fake("messages", "browse", name, "--state", "completed", "--group", "c42")
+    assert code == 0 and wanted in out
+
+    code, out, _ = run_fake("messages", "show", name, wanted)
+    assert code == 0 and "completed_at" in out
+    timeline = out[out.index("attempts:") :]
+    assert "released" in timeline and "SMTPError: 451 try again" in timeline
+    assert "acknowledged" in timeline and timeline.count("mailer-1") == 2
+    assert '"sent": true' in out  # the result, pretty-printed
+
+    with pytest.raises(SystemExit) as exit_:
+        run_fake("messages", "list", name, "--match", "{not json")
+    assert exit_.value.code == 2
+    code, _, err = run_fake("messages", "list", name, "--match", "[1]")
+    assert code == 1 and "invalid_match" in err
+
+
+def test_bulk_message_delete_asks_with_the_dry_run_count(run_fake: Run) -> None:
+    retsu = run_fake.target.client()
+    name = retsu.create_queue(unique("ctl")).name
+    for n in range(3):
+        retsu.enqueue_json(name, {"tenant": "a", "n": n})
+    retsu.enqueue_json(name, {"tenant": "b"})
+    match = ["--match", '{"tenant": "a"}']
+
+    code, _, err = run_fake("messages", "delete", name)
+    assert code == 2 and "--match" in err
+    code, out, _ = run_fake("messages", "delete", name, *match, "--dry-run")
+    assert code == 0 and "3 live message(s)" in out and "nothing was changed" in out
+    code, _, err = run_fake("messages", "delete", name, *match, stdin="n\n")
+    assert code == 1 and "Delete 3 live message(s)" in err and '{"tenant":"a"}' in err
+    assert retsu.get_queue(name).stats.ready == 4
+
+    code, out, _ = run_fake("messages", "delete", name, *match, "--limit", "2", stdin="y\n")
+    assert code == 0 and "deleted 2" in out
+    code, out, _ = run_fake("messages", "delete", name, *match, "--yes", "--json")
+    assert code == 0 and json.loads(out) == {"deleted": 1}
+    code, _, err = run_fake("messages", "delete", name, *match)
+    assert code == 0 and "nothing to do" in err
+    assert [m.json() for m in retsu.iter_messages(name)] == [{"tenant": "b"}]
+
+
+def test_dead_letters_redrive_and_delete_by_filter(run_fake: Run) -> None:
+    target = run_fake.target
+    retsu = target.client()
+    name = retsu.create_queue(
+        unique("dlq"), visibility_timeout_seconds=1, max_delivery_attempts=1, group_max_in_flight=3
+    ).name
+    retsu.enqueue_batch(name, ['{"n": 1}', '{"n": 2}', '{"n": 3}'], group="g")
+    for message in retsu.dequeue_many(name, 3):
+        retsu.release(name, message, error="boom")
+    retsu.dequeue(name)
+
+    code, out, _ = run_fake("dead-letters", "list", name, "--match", '{"n": 2}')
+    assert code == 0 and out.count("MAX_DELIVERY_ATTEMPTS_EXHAUSTED") == 1 and "boom" in out
+    record = retsu.list_dead_letters(name).items[0]
+    code, out, _ = run_fake("dead-letters", "show", name, record.id)
+    assert code == 0 and "last_error" in out and "attempts:" in out and "released" in out
+
+    code, out, _ = run_fake("dead-letters", "redrive", name, "--match", '{"n": 2}', "--dry-run")
+    assert code == 0 and "1 dead letter(s)" in out
+    code, _, err = run_fake("dead-letters", "redrive", name, "--group", "g", stdin="n\n")
+    assert code == 1 and "Redrive (oldest first) 3 dead letter(s)" in err
+    code, out, _ = run_fake("dead-letters", "redrive", name, "--match", '{"n": 2}', "--yes")
+    assert code == 0 and "redriven 1" in out
+
+    code, _, err = run_fake("dead-letters", "delete", name, "--match", '{"n": 1}', stdin="y\n")
+    assert code == 0 and "Delete 1 dead letter(s)" in err
+    code, _, err = run_fake("dead-letters", "delete", name, record.id, "--match", '{"n": 1}')
+    assert code == 2
+    assert [d.payload for d in retsu.list_dead_letters(name).items] == ['{"n": 3}']
+    assert [m.payload for m in retsu.iter_messages(name)] == ['{"n": 2}']

@@ -17,8 +17,17 @@ from prometheus_client import CollectorRegistry
 
 from client_support import Spy, Target, async_inner, unique
 from retsu_client import AsyncClient, Message, QueueNotFound, RetryLater, Worker
+from retsu_client import worker as worker_module
 from retsu_client.metrics import WorkerMetrics
-from retsu_client.worker import MAX_AHEAD, MAX_BATCH, default_consumer_name, release_delay
+from retsu_client.worker import (
+    ERROR_MAX_LENGTH,
+    MAX_AHEAD,
+    MAX_BATCH,
+    RESULT_MAX_LENGTH,
+    default_consumer_name,
+    error_text,
+    release_delay,
+)
 
 
 async def _until(check: Callable[[], bool], within: float = 15) -> None:
@@ -554,3 +563,127 @@ def test_options_are_checked() -> None:
     assert Worker(client, "q", print, concurrency=4).prefetch == 4 + MAX_AHEAD  # adaptive
     assert Worker(client, "q", print, concurrency=4, prefetch=2).prefetch == 4
     assert Worker(client, "q", print, prefetch=100).prefetch == 100
+
+
+async def test_a_failed_handler_tells_the_server_why(live_target: Target) -> None:
+    retsu = live_target.client()
+    queue = retsu.create_queue(unique("why"), max_delivery_attempts=2).name
+    mid = retsu.enqueue(queue, "flaky").id
+    handled: list[int] = []
+
+    async def handler(message: Message) -> None:
+        handled.append(message.delivery_attempts)
+        if message.delivery_attempts == 1:
+            raise KeyError("customer 42")
+        raise RetryLater(600, "the bank is closed")
+
+    async with live_target.async_client() as client:
+        worker = Worker(client, queue, handler, retry_base=0.1, wait_seconds=1)
+        # The second release leaves a 600 s lease: done once its error is recorded.
+        await _run(
+            worker,
+            lambda: (
+                len(handled) == 2 and retsu.get_message(queue, mid).attempts[-1].error is not None
+            ),
+        )
+
+    first, second = retsu.get_message(queue, mid).attempts
+    # A backoff is a visibility change to a later time, not a release to 0: the attempt
+    # ends with its lease (SPEC §3.11), the error stays on it.
+    assert (first.outcome, first.error) == ("lease_expired", "KeyError: 'customer 42'")
+    assert (second.outcome, second.error) == ("in_flight", "RetryLater: the bank is closed")
+    assert first.consumer == second.consumer == worker.consumer_name
+
+
+def test_an_error_is_the_exception_type_and_message_within_the_apis_bound() -> None:
+    assert error_text(ValueError("bad input")) == "ValueError: bad input"
+    assert error_text(TimeoutError()) == "TimeoutError"
+    long = error_text(RuntimeError("x" * 10_000))
+    assert len(long) == ERROR_MAX_LENGTH and long.startswith("RuntimeError: xx")
+    assert long.endswith("…")
+
+
+async def test_return_values_are_kept_as_results_and_none_stays_batched(
+    live_target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    retsu = live_target.client()
+    queue = retsu.create_queue(unique("results"), completed_retention_seconds=600).name
+    payloads = ["text", "json", "none", "huge", "object", *[f"plain{i}" for i in range(10)]]
+    ids = dict(zip(payloads, retsu.enqueue_batch(queue, payloads), strict=True))
+    done: list[str] = []
+
+    def handler(message: Message) -> object:
+        done.append(message.payload)
+        return {
+            "text": "sent to ada@example.com",
+            "json": {"receipt": "r-1", "amount": 12.5},
+            "huge": "x" * (RESULT_MAX_LENGTH + 1),
+            "object": object(),
+        }.get(message.payload)
+
+    client, spy = _spied(live_target)
+    async with client:
+        worker = Worker(client, queue, handler, concurrency=4, wait_seconds=1)
+        await _run(
+            worker, lambda: len(done) == len(payloads) and _stats(live_target, queue)[:2] == (0, 0)
+        )
+
+    results = {p: retsu.get_message(queue, ids[p]).result for p in payloads}
+    assert results["text"] == "sent to ada@example.com"
+    assert json.loads(results["json"] or "") == {"receipt": "r-1", "amount": 12.5}
+    assert results["none"] is None
+    assert results["huge"] is None and results["object"] is None  # logged, not truncated
+    assert retsu.get_queue(queue).stats.completed == len(payloads)
+    # Only the two messages with a result used the single acknowledge route
+    # (/v1/queues/{queue}/messages/{id}/acknowledge); the rest went in batches.
+    single = [r.url.path.split("/")[-2] for r in spy.paths("/acknowledge")]
+    assert sorted(mid for mid in single if mid != "messages") == sorted([ids["text"], ids["json"]])
+    assert "not JSON-serialisable" in caplog.text and "over the API's" in caplog.text
+
+
+async def test_results_are_not_sent_to_a_queue_that_keeps_nothing(live_target: Target) -> None:
+    retsu = live_target.client()
+    queue = retsu.create_queue(unique("results")).name
+    retsu.enqueue_batch(queue, [f"m{i}" for i in range(6)])
+    done: list[str] = []
+
+    async def handler(message: Message) -> str:
+        done.append(message.payload)
+        return "a result nobody keeps"
+
+    client, spy = _spied(live_target)
+    async with client:
+        worker = Worker(client, queue, handler, concurrency=2, wait_seconds=1)
+        await _run(worker, lambda: len(done) == 6 and _stats(live_target, queue)[:2] == (0, 0))
+
+    acks = spy.paths("/acknowledge")
+    assert acks and all(r.url.path.endswith("/messages/acknowledge") for r in acks)
+
+
+async def test_results_start_once_the_queue_keeps_them(
+    live_target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "SETTINGS_REFRESH", 0.2)
+    retsu = live_target.client()
+    queue = retsu.create_queue(unique("results")).name
+    done: list[str] = []
+
+    async def handler(message: Message) -> str:
+        done.append(message.id)
+        return f"handled {message.payload}"
+
+    async with live_target.async_client() as client:
+        worker = Worker(client, queue, handler, wait_seconds=1)
+        task = asyncio.create_task(worker.run())
+        try:
+            await _until(lambda: bool(worker._queue_id))  # started: it read "keeps nothing"
+            assert not worker._keep_results
+            retsu.update_queue(queue, completed_retention_seconds=600)
+            await asyncio.sleep(1)  # the worker reads the settings again meanwhile
+            retsu.enqueue(queue, "late")
+            await _until(lambda: len(done) == 1 and _stats(live_target, queue)[:2] == (0, 0))
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 20)
+
+    assert retsu.get_message(queue, done[0]).result == "handled late"

@@ -261,13 +261,21 @@ class MessageService:
     ) -> DequeueResult:
         if _has_gone(gone):
             return DequeueResult(messages=[])  # nobody to answer: claim nothing
-        result = await self._messages.dequeue(
-            queue_id,
-            limit=options.limit,
-            visibility_timeout_seconds=options.visibility_timeout_seconds,
-            dead_letter_batch_size=DEAD_LETTER_BATCH_SIZE,
-            consumer=consumer,
-        )
+        result = await self._claim_once(queue_id, options.limit, options, consumer)
+        if result.dead_lettered and len(result.messages) < options.limit:
+            # What a claim moves to dead letters only leaves the store when it commits: a
+            # lane whose head it buried hands the lane on then, and a backlog of exhausted
+            # messages past one batch is the next claim's. Once more, for the rest, so an
+            # exhausted message never hides a deliverable one from this dequeue (SPEC §3.3).
+            more = await self._claim_once(
+                queue_id, options.limit - len(result.messages), options, consumer
+            )
+            result = replace(
+                more,
+                messages=[*result.messages, *more.messages],
+                dead_lettered=result.dead_lettered + more.dead_lettered,
+                throttled=more.throttled or result.throttled,
+            )
         if result.messages and _has_gone(gone):
             # Claimed for a client that left meanwhile: nobody can receive them.
             await self.unclaim(queue_id, result.messages)
@@ -279,6 +287,17 @@ class MessageService:
         if result.throttled is not None:
             self._events.throttled(await self._names.name_of(queue_id), result.throttled)
         return result
+
+    async def _claim_once(
+        self, queue_id: UUID, limit: int, options: DequeueOptions, consumer: str | None
+    ) -> DequeueResult:
+        return await self._messages.dequeue(
+            queue_id,
+            limit=limit,
+            visibility_timeout_seconds=options.visibility_timeout_seconds,
+            dead_letter_batch_size=DEAD_LETTER_BATCH_SIZE,
+            consumer=consumer,
+        )
 
     async def unclaim(self, queue_id: UUID, messages: Sequence[DeliveredMessage]) -> int:
         """Take back deliveries whose response could not reach their consumer (it

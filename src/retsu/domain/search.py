@@ -23,18 +23,49 @@ def invalid_match() -> InvalidInput:
     return InvalidInput("match must be a JSON object.", code="invalid_match")
 
 
+def _not_json(constant: str) -> Any:
+    # NaN and Infinity are Python's extensions of JSON, not JSON.
+    raise ValueError(constant)
+
+
 def parse_match(text: str) -> dict[str, Any]:
     """A ``match`` query parameter: a JSON object (at most 4,096 characters), else
     ``invalid_match``."""
     if len(text) > MATCH_MAX_LENGTH:
         raise invalid_match()
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError):
         raise invalid_match() from None
-    if not isinstance(value, dict):
+    return check_match(value)
+
+
+def check_match(value: Any) -> dict[str, Any]:
+    """A ``match`` given as a decoded JSON value (a bulk action's body): a JSON object of
+    at most 4,096 characters as compact JSON, holding nothing PostgreSQL's ``jsonb`` cannot
+    (the character U+0000, a non-finite number) — else ``invalid_match``."""
+    try:
+        if not isinstance(value, dict) or not _storable(value):
+            raise invalid_match()
+        compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (ValueError, RecursionError):
+        raise invalid_match() from None
+    if len(compact) > MATCH_MAX_LENGTH:
         raise invalid_match()
     return value
+
+
+def _storable(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and _storable(key) and _storable(item)
+            for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return all(_storable(item) for item in value)
+    return value is None or isinstance(value, bool | int | float)
 
 
 def contains(document: Any, pattern: Any) -> bool:

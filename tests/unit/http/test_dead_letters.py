@@ -20,6 +20,8 @@ DEAD_LETTER_KEYS = {
     "dead_lettered_at",
     "reason",
     "group",
+    "attempts",
+    "last_error",
 }
 
 

@@ -23,6 +23,9 @@ ITEM_KEYS = {
     "redriven_from",
     "group",
     "schedule_id",
+    "attempts",
+    "completed_at",
+    "result",
 }
 
 

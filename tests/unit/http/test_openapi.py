@@ -210,8 +210,22 @@ def test_path_parameters_are_uuids(document: dict[str, Any]) -> None:
 def test_list_routes_take_limit_and_cursor(document: dict[str, Any]) -> None:
     expected = {
         ("GET", "/v1/queues"): {"limit", "cursor", "name"},
-        ("GET", "/v1/queues/{queue_id}/dead-letters"): {"limit", "cursor"},
-        ("GET", "/v1/queues/{queue_id}/messages"): {"state", "priority", "limit", "cursor"},
+        ("GET", "/v1/queues/{queue_id}/dead-letters"): {
+            "limit",
+            "cursor",
+            "group",
+            "match",
+            "reason",
+        },
+        ("GET", "/v1/queues/{queue_id}/messages"): {
+            "state",
+            "priority",
+            "limit",
+            "cursor",
+            "group",
+            "match",
+        },
+        ("GET", "/v1/queues/{queue_id}/groups"): {"state", "limit", "cursor"},
         ("GET", "/v1/audit-log"): {"limit", "cursor", "queue_id", "action"},
     }
     for (method, path), names in expected.items():
@@ -540,6 +554,27 @@ async def test_real_responses_match_the_document(
             dl + "/redrive",
             await client.post(f"{q}/{queue}/dead-letters/redrive", json={"limit": 0}),
         )
+        c(
+            "POST",
+            dl + "/redrive",
+            await client.post(f"{q}/{queue}/dead-letters/redrive", json={"dry_run": True}),
+        )
+        c(
+            "GET",
+            dl,
+            await client.get(f"{q}/{queue}/dead-letters", params={"match": "[1]"}),
+        )
+        c(
+            "POST",
+            dl + "/delete",
+            await client.post(f"{q}/{queue}/dead-letters/delete", json={"dry_run": True}),
+        )
+        c(
+            "POST",
+            dl + "/delete",
+            await client.post(f"{q}/{queue}/dead-letters/delete", json={"reason": "nope"}),
+        )
+        c("POST", dl + "/delete", await client.post(f"{q}/{queue}/dead-letters/delete"))
     browse = qid + "/messages"
     if ("GET", browse) in ops:
         items = c("GET", browse, await client.get(f"{q}/{queue}/messages")).json()["items"]
@@ -552,6 +587,17 @@ async def test_real_responses_match_the_document(
         c("GET", one, await client.get(f"{q}/{queue}/messages/{MISSING_ID}"))
         c("DELETE", one, await client.delete(f"{q}/{queue}/messages/{items[0]['id']}"))
         c("DELETE", one, await client.delete(f"{q}/{queue}/messages/{MISSING_ID}"))
+        bulk = browse + "/delete"
+        doomed = f"{q}/{queue}/messages/delete"
+        c("POST", bulk, await client.post(doomed, json={"dry_run": True, "match": {"a": 1}}))
+        c("POST", bulk, await client.post(doomed, json={"state": "completed"}))
+        c("POST", bulk, await client.post(doomed, json={"match": [1]}))
+        c("POST", bulk, await client.post(doomed, json={"limit": 0}))
+        c("GET", browse, await client.get(f"{q}/{queue}/messages", params={"group": " "}))
+        groups = qid + "/groups"
+        c("GET", groups, await client.get(f"{q}/{queue}/groups"))
+        c("GET", groups, await client.get(f"{q}/{queue}/groups", params={"state": "nope"}))
+        c("GET", groups, await client.get(f"{q}/{MISSING_ID}/groups"))
     if ("POST", qid + "/pause") in ops:
         c("POST", qid + "/pause", await client.post(f"{q}/{queue}/pause"))
         c("POST", qid + "/resume", await client.post(f"{q}/{queue}/resume"))

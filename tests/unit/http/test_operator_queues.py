@@ -22,7 +22,15 @@ QUEUE_KEYS = {
     "group_rate_limit",
     "completed_retention_seconds",
 }
-STATS_KEYS = {"ready", "in_flight", "delayed", "dead_letters", "oldest_ready_age_seconds"}
+STATS_KEYS = {
+    "ready",
+    "in_flight",
+    "delayed",
+    "dead_letters",
+    "oldest_ready_age_seconds",
+    "groups",
+    "completed",
+}
 
 
 async def _send(client: Client, queue_id: str, payload: str = "x", **extra: Any) -> str:
@@ -157,6 +165,8 @@ async def test_get_queue_with_exact_stats(
         "delayed": 1,
         "dead_letters": 1,
         "oldest_ready_age_seconds": 0.0,
+        "groups": 0,
+        "completed": 0,
     }
     clock.advance(1.25)
     stats = (await client.get(f"/v1/queues/{qid}")).json()["stats"]

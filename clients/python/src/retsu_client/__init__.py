@@ -38,11 +38,16 @@ from retsu_client.errors import (
     UnexpectedResponse,
 )
 from retsu_client.models import (
+    UNSET,
+    Attempt,
+    AttemptOutcome,
     AuditEntry,
     Consumer,
     ConsumerHealth,
     DeadLetter,
     Enqueued,
+    Group,
+    GroupState,
     History,
     HistoryPoint,
     Message,
@@ -53,6 +58,7 @@ from retsu_client.models import (
     Queue,
     QueueDetails,
     QueueStats,
+    RateLimit,
     Schedule,
     ScheduleMessage,
     StoredMessage,
@@ -61,8 +67,11 @@ from retsu_client.retry import RetryPolicy
 from retsu_client.worker import RetryLater, Worker
 
 __all__ = [
+    "UNSET",
     "APIError",
     "AsyncClient",
+    "Attempt",
+    "AttemptOutcome",
     "AuditEntry",
     "Busy",
     "Client",
@@ -75,6 +84,8 @@ __all__ = [
     "DeadLetterNotFound",
     "Enqueued",
     "Forbidden",
+    "Group",
+    "GroupState",
     "History",
     "HistoryPoint",
     "IdempotencyKeyConflict",
@@ -92,6 +103,7 @@ __all__ = [
     "QueueDetails",
     "QueueNotFound",
     "QueueStats",
+    "RateLimit",
     "RetryLater",
     "RetryPolicy",
     "RetsuError",

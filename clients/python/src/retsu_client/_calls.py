@@ -25,6 +25,8 @@ from retsu_client.models import (
     ConsumerHealth,
     DeadLetter,
     Enqueued,
+    Group,
+    GroupState,
     History,
     Message,
     MessageState,
@@ -33,9 +35,11 @@ from retsu_client.models import (
     Priority,
     Queue,
     QueueDetails,
+    RateLimit,
     Schedule,
     ScheduleMessage,
     StoredMessage,
+    UnsetType,
 )
 
 T = TypeVar("T")
@@ -91,6 +95,22 @@ def _drop_none(**fields: Any) -> dict[str, Any]:
 def _params(**fields: Any) -> dict[str, str] | None:
     params = {key: str(value) for key, value in fields.items() if value is not None}
     return params or None
+
+
+def _match(match: Mapping[str, Any] | None) -> str | None:
+    """``match=`` as the API takes it: the JSON object as text (httpx URL-encodes it). It is
+    sent as given: whether it is a JSON object is the server's to say (``invalid_match``)."""
+    return None if match is None else msgspec.json.encode(match).decode()
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _filter(dry_run: bool, **fields: Any) -> dict[str, Any]:
+    """A bulk action's body (SPEC §3.11): the filters given, and ``dry_run`` when asked
+    for (enums encode as their values)."""
+    return _drop_none(**fields, dry_run=True if dry_run else None)
 
 
 def _is_uuid(text: str) -> bool:
@@ -183,18 +203,24 @@ def on_queue(names: QueueNames, queue: QueueRef, build: Callable[[str], Op[T]]) 
 # --- queues ------------------------------------------------------------------------------
 
 
-def create_queue(
-    names: QueueNames,
-    name: str,
-    visibility_timeout_seconds: int | None,
-    max_delivery_attempts: int | None,
-    default_message_ttl_seconds: int | None,
-) -> Op[Queue]:
+RateLimitArg = RateLimit | float
+"""A token bucket: a ``RateLimit``, or its ``per_second`` alone (the default burst)."""
+
+
+def _rate(limit: RateLimitArg | None) -> RateLimit | None:
+    if limit is None or isinstance(limit, RateLimit):
+        return limit
+    return RateLimit(per_second=float(limit))
+
+
+def create_queue(names: QueueNames, name: str, settings: Mapping[str, Any]) -> Op[Queue]:
+    """``settings``: None for a setting is "the default" (the server's)."""
     body = _drop_none(
         name=name,
-        visibility_timeout_seconds=visibility_timeout_seconds,
-        max_delivery_attempts=max_delivery_attempts,
-        default_message_ttl_seconds=default_message_ttl_seconds,
+        **{
+            key: _rate(value) if key.endswith("rate_limit") else value
+            for key, value in settings.items()
+        },
     )
     # Not repeatable: a retry after the first attempt landed would answer 409.
     response = yield Call("POST", "/v1/queues", body=_json(body), repeatable=False)
@@ -218,20 +244,23 @@ def get_queue(names: QueueNames, queue: QueueRef) -> Op[QueueDetails]:
     return (yield from on_queue(names, queue, build))
 
 
+# In an update, None for these removes the limit (SPEC §3.2); UNSET leaves it as it is.
+REMOVABLE = frozenset({"max_in_flight", "rate_limit", "group_rate_limit"})
+
+
 def update_queue(
     names: QueueNames,
     queue: QueueRef,
-    visibility_timeout_seconds: int | None,
-    max_delivery_attempts: int | None,
-    default_message_ttl_seconds: int | None,
+    changes: Mapping[str, Any],
 ) -> Op[Queue]:
-    body = _json(
-        _drop_none(
-            visibility_timeout_seconds=visibility_timeout_seconds,
-            max_delivery_attempts=max_delivery_attempts,
-            default_message_ttl_seconds=default_message_ttl_seconds,
-        )
-    )
+    """``changes``: UNSET (or None, for a setting that cannot be removed) leaves a setting as
+    it is; None for ``max_in_flight``, ``rate_limit`` or ``group_rate_limit`` removes it."""
+    fields: dict[str, Any] = {}
+    for key, value in changes.items():
+        if isinstance(value, UnsetType) or (value is None and key not in REMOVABLE):
+            continue
+        fields[key] = _rate(value) if key.endswith("rate_limit") else value
+    body = _json(fields)
 
     def build(qid: str) -> Op[Queue]:
         response = yield Call("PATCH", f"/v1/queues/{qid}", body=body)
@@ -279,6 +308,7 @@ class _MessageBody(msgspec.Struct, omit_defaults=True):
     priority: str
     ttl_seconds: int | None = None
     delay_seconds: int | None = None
+    group: str | None = None
 
 
 def _body(message: NewMessage) -> _MessageBody:
@@ -287,6 +317,7 @@ def _body(message: NewMessage) -> _MessageBody:
         priority=str(message.priority),
         ttl_seconds=message.ttl_seconds,
         delay_seconds=message.delay_seconds,
+        group=message.group,
     )
 
 
@@ -411,10 +442,14 @@ def _receipt(message: MessageRef, receipt_handle: str | None) -> tuple[str, str]
 
 
 def acknowledge(
-    names: QueueNames, queue: QueueRef, message: MessageRef, receipt_handle: str | None
+    names: QueueNames,
+    queue: QueueRef,
+    message: MessageRef,
+    receipt_handle: str | None,
+    result: str | None = None,
 ) -> Op[None]:
     mid, handle = _receipt(message, receipt_handle)
-    body = _json({"receipt_handle": handle})
+    body = _json(_drop_none(receipt_handle=handle, result=result))
 
     def build(qid: str) -> Op[None]:
         yield Call("POST", f"/v1/queues/{qid}/messages/{mid}/acknowledge", body=body)
@@ -445,10 +480,15 @@ def change_visibility(
     message: MessageRef,
     visibility_timeout_seconds: int,
     receipt_handle: str | None,
+    error: str | None = None,
 ) -> Op[None]:
     mid, handle = _receipt(message, receipt_handle)
     body = _json(
-        {"receipt_handle": handle, "visibility_timeout_seconds": visibility_timeout_seconds}
+        _drop_none(
+            receipt_handle=handle,
+            visibility_timeout_seconds=visibility_timeout_seconds,
+            error=error,
+        )
     )
 
     def build(qid: str) -> Op[None]:
@@ -469,10 +509,14 @@ def list_messages(
     priority: Priority | str | None,
     limit: int | None,
     cursor: str | None,
+    group: str | None = None,
+    match: Mapping[str, Any] | None = None,
 ) -> Op[Page[StoredMessage]]:
     params = _params(
         state=None if state is None else str(state),
         priority=None if priority is None else str(priority),
+        group=group,
+        match=_match(match),
         limit=limit,
         cursor=cursor,
     )
@@ -503,13 +547,92 @@ def delete_message(names: QueueNames, queue: QueueRef, message: MessageRef) -> O
     yield from on_queue(names, queue, build)
 
 
+class _Bulk(msgspec.Struct):
+    """A bulk action's answer: ``matched`` for a dry run, else what it did."""
+
+    matched: int | None = None
+    deleted: int | None = None
+    redriven: int | None = None
+
+    def count(self) -> int:
+        for value in (self.matched, self.deleted, self.redriven):
+            if value is not None:
+                return value
+        raise ValueError("no count")
+
+
+def _bulk(names: QueueNames, queue: QueueRef, path: str, body: dict[str, Any]) -> Op[int]:
+    encoded = _json(body)
+    dry_run = bool(body.get("dry_run"))
+
+    def build(qid: str) -> Op[int]:
+        # A real run is not repeatable: sent again, it would take what matches by then.
+        response = yield Call("POST", f"/v1/queues/{qid}/{path}", body=encoded, repeatable=dry_run)
+        answer = decode(response, _Bulk)
+        try:
+            return answer.count()
+        except ValueError:
+            raise UnexpectedResponse(
+                f"POST {path} answered without a count: {response.text[:200]}",
+                status=response.status_code,
+                request_id=response.headers.get("x-request-id"),
+            ) from None
+
+    return (yield from on_queue(names, queue, build))
+
+
+def delete_messages(
+    names: QueueNames,
+    queue: QueueRef,
+    state: MessageState | str | None,
+    priority: Priority | str | None,
+    group: str | None,
+    match: Mapping[str, Any] | None,
+    limit: int | None,
+    dry_run: bool,
+) -> Op[int]:
+    body = _filter(
+        state=state,
+        priority=priority,
+        group=group,
+        match=match,
+        limit=limit,
+        dry_run=dry_run,
+    )
+    return (yield from _bulk(names, queue, "messages/delete", body))
+
+
+# --- groups (SPEC §3.10) -----------------------------------------------------------------
+
+
+def list_groups(
+    names: QueueNames,
+    queue: QueueRef,
+    state: GroupState | str | None,
+    limit: int | None,
+    cursor: str | None,
+) -> Op[Page[Group]]:
+    params = _params(state=_text(state), limit=limit, cursor=cursor)
+
+    def build(qid: str) -> Op[Page[Group]]:
+        response = yield Call("GET", f"/v1/queues/{qid}/groups", params=params)
+        return decode(response, Page[Group])
+
+    return (yield from on_queue(names, queue, build))
+
+
 # --- dead letters ------------------------------------------------------------------------
 
 
 def list_dead_letters(
-    names: QueueNames, queue: QueueRef, limit: int | None, cursor: str | None
+    names: QueueNames,
+    queue: QueueRef,
+    limit: int | None,
+    cursor: str | None,
+    group: str | None = None,
+    match: Mapping[str, Any] | None = None,
 ) -> Op[Page[DeadLetter]]:
-    params = _params(limit=limit, cursor=cursor)
+    params = _params(group=group, match=_match(match), limit=limit, cursor=cursor)
 
     def build(qid: str) -> Op[Page[DeadLetter]]:
         response = yield Call("GET", f"/v1/queues/{qid}/dead-letters", params=params)
@@ -540,20 +663,46 @@ def redrive_dead_letter(names: QueueNames, queue: QueueRef, message: MessageRef)
     return (yield from on_queue(names, queue, build))
 
 
-class _Redriven(msgspec.Struct):
-    redriven: int
+def redrive_dead_letters(
+    names: QueueNames,
+    queue: QueueRef,
+    limit: int | None,
+    priority: Priority | str | None = None,
+    group: str | None = None,
+    match: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+    dry_run: bool = False,
+) -> Op[int]:
+    body = _filter(
+        priority=priority,
+        group=group,
+        match=match,
+        reason=reason,
+        limit=limit,
+        dry_run=dry_run,
+    )
+    return (yield from _bulk(names, queue, "dead-letters/redrive", body))
 
 
-def redrive_dead_letters(names: QueueNames, queue: QueueRef, limit: int | None) -> Op[int]:
-    body = _json({"limit": limit}) if limit is not None else None
-
-    def build(qid: str) -> Op[int]:
-        response = yield Call(
-            "POST", f"/v1/queues/{qid}/dead-letters/redrive", body=body, repeatable=False
-        )
-        return decode(response, _Redriven).redriven
-
-    return (yield from on_queue(names, queue, build))
+def delete_dead_letters(
+    names: QueueNames,
+    queue: QueueRef,
+    priority: Priority | str | None,
+    group: str | None,
+    match: Mapping[str, Any] | None,
+    reason: str | None,
+    limit: int | None,
+    dry_run: bool,
+) -> Op[int]:
+    body = _filter(
+        priority=priority,
+        group=group,
+        match=match,
+        reason=reason,
+        limit=limit,
+        dry_run=dry_run,
+    )
+    return (yield from _bulk(names, queue, "dead-letters/delete", body))
 
 
 def delete_dead_letter(names: QueueNames, queue: QueueRef, message: MessageRef) -> Op[None]:

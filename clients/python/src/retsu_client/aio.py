@@ -11,7 +11,15 @@ import httpx
 import msgspec
 
 from retsu_client import _calls as calls
-from retsu_client._calls import Call, MessageRef, Op, QueueNames, QueueRef, ScheduleRef
+from retsu_client._calls import (
+    Call,
+    MessageRef,
+    Op,
+    QueueNames,
+    QueueRef,
+    RateLimitArg,
+    ScheduleRef,
+)
 from retsu_client._http import (
     as_timeout,
     build_request,
@@ -27,11 +35,14 @@ from retsu_client._http import (
 from retsu_client.client import DEFAULT_RETRY, PAGE_SIZE, as_new_message
 from retsu_client.errors import APIError, ConnectionFailed
 from retsu_client.models import (
+    UNSET,
     AuditEntry,
     Consumer,
     ConsumerHealth,
     DeadLetter,
     Enqueued,
+    Group,
+    GroupState,
     History,
     Message,
     MessageState,
@@ -43,6 +54,7 @@ from retsu_client.models import (
     Schedule,
     ScheduleMessage,
     StoredMessage,
+    UnsetType,
 )
 from retsu_client.retry import RetryPolicy, retry_exception, retry_status
 
@@ -172,16 +184,28 @@ class AsyncClient:
         visibility_timeout_seconds: int | None = None,
         max_delivery_attempts: int | None = None,
         default_message_ttl_seconds: int | None = None,
+        group_max_in_flight: int | None = None,
+        max_in_flight: int | None = None,
+        rate_limit: RateLimitArg | None = None,
+        group_rate_limit: RateLimitArg | None = None,
+        completed_retention_seconds: int | None = None,
     ) -> Queue:
-        return await self._run(
-            calls.create_queue(
-                self._names,
-                name,
-                visibility_timeout_seconds,
-                max_delivery_attempts,
-                default_message_ttl_seconds,
-            )
-        )
+        """Create a queue; a setting not given takes the server's default. Flow control
+        (SPEC §3.10): ``group_max_in_flight`` (1: each group an ordered lane),
+        ``max_in_flight`` (active leases at most), ``rate_limit`` / ``group_rate_limit`` (a
+        ``RateLimit``, or deliveries per second alone); history (§3.11):
+        ``completed_retention_seconds`` keeps acknowledged messages with their result."""
+        settings = {
+            "visibility_timeout_seconds": visibility_timeout_seconds,
+            "max_delivery_attempts": max_delivery_attempts,
+            "default_message_ttl_seconds": default_message_ttl_seconds,
+            "group_max_in_flight": group_max_in_flight,
+            "max_in_flight": max_in_flight,
+            "rate_limit": rate_limit,
+            "group_rate_limit": group_rate_limit,
+            "completed_retention_seconds": completed_retention_seconds,
+        }
+        return await self._run(calls.create_queue(self._names, name, settings))
 
     async def list_queues(
         self, *, name: str | None = None, limit: int | None = None, cursor: str | None = None
@@ -204,16 +228,26 @@ class AsyncClient:
         visibility_timeout_seconds: int | None = None,
         max_delivery_attempts: int | None = None,
         default_message_ttl_seconds: int | None = None,
+        group_max_in_flight: int | None = None,
+        max_in_flight: int | UnsetType | None = UNSET,
+        rate_limit: RateLimitArg | UnsetType | None = UNSET,
+        group_rate_limit: RateLimitArg | UnsetType | None = UNSET,
+        completed_retention_seconds: int | None = None,
     ) -> Queue:
-        return await self._run(
-            calls.update_queue(
-                self._names,
-                queue,
-                visibility_timeout_seconds,
-                max_delivery_attempts,
-                default_message_ttl_seconds,
-            )
-        )
+        """Change the settings given. ``max_in_flight``, ``rate_limit`` and
+        ``group_rate_limit`` set to None remove that limit (left out: unchanged); for the
+        other settings None means "unchanged". Nothing to change: ``EmptyQueueUpdate``."""
+        changes = {
+            "visibility_timeout_seconds": visibility_timeout_seconds,
+            "max_delivery_attempts": max_delivery_attempts,
+            "default_message_ttl_seconds": default_message_ttl_seconds,
+            "group_max_in_flight": group_max_in_flight,
+            "max_in_flight": max_in_flight,
+            "rate_limit": rate_limit,
+            "group_rate_limit": group_rate_limit,
+            "completed_retention_seconds": completed_retention_seconds,
+        }
+        return await self._run(calls.update_queue(self._names, queue, changes))
 
     async def pause_queue(self, queue: QueueRef) -> Queue:
         return await self._run(calls.set_paused(self._names, queue, True))
@@ -238,15 +272,21 @@ class AsyncClient:
         priority: Priority | str = Priority.MEDIUM,
         ttl_seconds: int | None = None,
         delay_seconds: int | None = None,
+        group: str | None = None,
         idempotency_key: str | None = None,
         idempotent: bool = True,
     ) -> Enqueued:
-        """Enqueue one message. It carries an ``Idempotency-Key`` — ``idempotency_key``,
-        else a fresh one per call unless ``idempotent=False`` — so retries never store it
-        twice; without a key it is retried only when it provably never reached the server."""
+        """Enqueue one message (``group``: its ordered, fairly served lane, SPEC §3.10). It
+        carries an ``Idempotency-Key`` — ``idempotency_key``, else a fresh one per call
+        unless ``idempotent=False`` — so retries never store it twice; without a key it is
+        retried only when it provably never reached the server."""
         key = idempotency_key or (calls.new_idempotency_key() if idempotent else None)
         message = NewMessage(
-            payload=payload, priority=priority, ttl_seconds=ttl_seconds, delay_seconds=delay_seconds
+            payload=payload,
+            priority=priority,
+            ttl_seconds=ttl_seconds,
+            delay_seconds=delay_seconds,
+            group=group,
         )
         return await self._run(calls.enqueue(self._names, queue, message, key))
 
@@ -258,6 +298,7 @@ class AsyncClient:
         priority: Priority | str = Priority.MEDIUM,
         ttl_seconds: int | None = None,
         delay_seconds: int | None = None,
+        group: str | None = None,
         idempotency_key: str | None = None,
         idempotent: bool = True,
     ) -> Enqueued:
@@ -268,6 +309,7 @@ class AsyncClient:
             priority=priority,
             ttl_seconds=ttl_seconds,
             delay_seconds=delay_seconds,
+            group=group,
             idempotency_key=idempotency_key,
             idempotent=idempotent,
         )
@@ -278,11 +320,12 @@ class AsyncClient:
         messages: Iterable[NewMessage | str],
         *,
         priority: Priority | str = Priority.MEDIUM,
+        group: str | None = None,
     ) -> list[str]:
         """Enqueue 1–100 messages at once, all or nothing; returns their ids in order.
-        Strings get ``priority``. The route takes no Idempotency-Key, so this is retried
-        only when the request provably never reached the server."""
-        batch = [as_new_message(message, priority) for message in messages]
+        Strings get ``priority`` and ``group``. The route takes no Idempotency-Key, so this
+        is retried only when the request provably never reached the server."""
+        batch = [as_new_message(message, priority, group) for message in messages]
         return await self._run(calls.enqueue_batch(self._names, queue, batch))
 
     async def dequeue(
@@ -327,10 +370,17 @@ class AsyncClient:
         )
 
     async def acknowledge(
-        self, queue: QueueRef, message: MessageRef, receipt_handle: str | None = None
+        self,
+        queue: QueueRef,
+        message: MessageRef,
+        receipt_handle: str | None = None,
+        *,
+        result: str | None = None,
     ) -> None:
-        """Remove a delivered message (give the ``Message``, or its id and handle)."""
-        await self._run(calls.acknowledge(self._names, queue, message, receipt_handle))
+        """Remove a delivered message (give the ``Message``, or its id and handle).
+        ``result`` (at most 65,536 characters) is kept with it when the queue keeps
+        completed messages (``completed_retention_seconds``), else ignored."""
+        await self._run(calls.acknowledge(self._names, queue, message, receipt_handle, result))
 
     async def acknowledge_batch(
         self, queue: QueueRef, messages: Iterable[Message | tuple[str, str]]
@@ -345,13 +395,31 @@ class AsyncClient:
         visibility_timeout_seconds: int,
         *,
         receipt_handle: str | None = None,
+        error: str | None = None,
     ) -> None:
         """End the lease that many seconds from now (0 releases the message at once).
-        Raises ``StaleReceiptHandle`` when the handle is not the current delivery."""
+        ``error`` (at most 4,096 characters) says why the message is given back: it is
+        recorded on the current attempt. Raises ``StaleReceiptHandle`` when the handle is
+        not the current delivery."""
         await self._run(
             calls.change_visibility(
-                self._names, queue, message, visibility_timeout_seconds, receipt_handle
+                self._names, queue, message, visibility_timeout_seconds, receipt_handle, error
             )
+        )
+
+    async def release(
+        self,
+        queue: QueueRef,
+        message: MessageRef,
+        *,
+        delay_seconds: int = 0,
+        error: str | None = None,
+        receipt_handle: str | None = None,
+    ) -> None:
+        """Give a delivered message back for a later attempt, after ``delay_seconds``
+        (0: at once), saying why with ``error`` — ``change_visibility`` by another name."""
+        await self.change_visibility(
+            queue, message, delay_seconds, receipt_handle=receipt_handle, error=error
         )
 
     # --- browsing (operators) -----------------------------------------------------------
@@ -362,12 +430,17 @@ class AsyncClient:
         *,
         state: MessageState | str | None = None,
         priority: Priority | str | None = None,
+        group: str | None = None,
+        match: Mapping[str, Any] | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[StoredMessage]:
-        """Live messages without claiming them (by state and priority)."""
+        """Messages without claiming them: live ones (every state, or ``state``), or the
+        completed ones a queue keeps (``state="completed"``); of one ``priority`` or
+        ``group``, and whose JSON payload contains ``match`` (a dict). A page may come back
+        short with a ``next_cursor``."""
         return await self._run(
-            calls.list_messages(self._names, queue, state, priority, limit, cursor)
+            calls.list_messages(self._names, queue, state, priority, limit, cursor, group, match)
         )
 
     def iter_messages(
@@ -376,11 +449,20 @@ class AsyncClient:
         *,
         state: MessageState | str | None = None,
         priority: Priority | str | None = None,
+        group: str | None = None,
+        match: Mapping[str, Any] | None = None,
         page_size: int = PAGE_SIZE,
     ) -> AsyncIterator[StoredMessage]:
+        """Every message ``list_messages`` would list, following the cursors."""
         return self._follow(
             lambda c: self.list_messages(
-                queue, state=state, priority=priority, limit=page_size, cursor=c
+                queue,
+                state=state,
+                priority=priority,
+                group=group,
+                match=match,
+                limit=page_size,
+                cursor=c,
             )
         )
 
@@ -390,18 +472,81 @@ class AsyncClient:
     async def delete_message(self, queue: QueueRef, message: MessageRef) -> None:
         await self._run(calls.delete_message(self._names, queue, message))
 
+    async def delete_messages(
+        self,
+        queue: QueueRef,
+        *,
+        state: MessageState | str | None = None,
+        priority: Priority | str | None = None,
+        group: str | None = None,
+        match: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete the live messages (of ``state``, else every live one) the filters admit,
+        at most ``limit`` (1–100000, default 1000), skipping what a dequeue holds. Returns
+        how many were deleted — or, with ``dry_run``, how many a real run would take now."""
+        return await self._run(
+            calls.delete_messages(self._names, queue, state, priority, group, match, limit, dry_run)
+        )
+
+    # --- groups (SPEC §3.10) ------------------------------------------------------------
+
+    async def list_groups(
+        self,
+        queue: QueueRef,
+        *,
+        state: GroupState | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[Group]:
+        """The groups with a live message, the one whose head has waited longest first;
+        ``state`` filters (ready, blocked, waiting)."""
+        return await self._run(calls.list_groups(self._names, queue, state, limit, cursor))
+
+    def iter_groups(
+        self,
+        queue: QueueRef,
+        *,
+        state: GroupState | str | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> AsyncIterator[Group]:
+        """Every group ``list_groups`` would list, following the cursors."""
+        return self._follow(
+            lambda c: self.list_groups(queue, state=state, limit=page_size, cursor=c)
+        )
+
     # --- dead letters -------------------------------------------------------------------
 
     async def list_dead_letters(
-        self, queue: QueueRef, *, limit: int | None = None, cursor: str | None = None
+        self,
+        queue: QueueRef,
+        *,
+        group: str | None = None,
+        match: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> Page[DeadLetter]:
-        return await self._run(calls.list_dead_letters(self._names, queue, limit, cursor))
+        """Dead letters, newest first; of one ``group``, whose JSON payload contains
+        ``match`` (a dict)."""
+        return await self._run(
+            calls.list_dead_letters(self._names, queue, limit, cursor, group, match)
+        )
 
     def iter_dead_letters(
-        self, queue: QueueRef, *, page_size: int = PAGE_SIZE
+        self,
+        queue: QueueRef,
+        *,
+        group: str | None = None,
+        match: Mapping[str, Any] | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> AsyncIterator[DeadLetter]:
-        """Every dead letter of the queue, newest first."""
-        return self._follow(lambda c: self.list_dead_letters(queue, limit=page_size, cursor=c))
+        """Every dead letter of the queue (that the filters admit), newest first."""
+        return self._follow(
+            lambda c: self.list_dead_letters(
+                queue, group=group, match=match, limit=page_size, cursor=c
+            )
+        )
 
     async def get_dead_letter(self, queue: QueueRef, message: MessageRef) -> DeadLetter:
         return await self._run(calls.get_dead_letter(self._names, queue, message))
@@ -410,12 +555,48 @@ class AsyncClient:
         """Put a dead letter back on its queue as a fresh message; returns the new id."""
         return await self._run(calls.redrive_dead_letter(self._names, queue, message))
 
-    async def redrive_dead_letters(self, queue: QueueRef, *, limit: int | None = None) -> int:
-        """Redrive up to ``limit`` (1–1000, default 100) dead letters, oldest first."""
-        return await self._run(calls.redrive_dead_letters(self._names, queue, limit))
+    async def redrive_dead_letters(
+        self,
+        queue: QueueRef,
+        *,
+        limit: int | None = None,
+        priority: Priority | str | None = None,
+        group: str | None = None,
+        match: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Redrive up to ``limit`` (1–1000, default 100) dead letters the filters admit,
+        oldest first. Returns how many were redriven — or, with ``dry_run``, how many a real
+        run would take now."""
+        return await self._run(
+            calls.redrive_dead_letters(
+                self._names, queue, limit, priority, group, match, reason, dry_run
+            )
+        )
 
     async def delete_dead_letter(self, queue: QueueRef, message: MessageRef) -> None:
         await self._run(calls.delete_dead_letter(self._names, queue, message))
+
+    async def delete_dead_letters(
+        self,
+        queue: QueueRef,
+        *,
+        priority: Priority | str | None = None,
+        group: str | None = None,
+        match: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+        limit: int | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete up to ``limit`` (1–100000, default 1000) dead letters the filters admit,
+        oldest first. Returns how many were deleted — or, with ``dry_run``, how many a real
+        run would take now."""
+        return await self._run(
+            calls.delete_dead_letters(
+                self._names, queue, priority, group, match, reason, limit, dry_run
+            )
+        )
 
     # --- audit log, consumers, history --------------------------------------------------
 

@@ -26,17 +26,23 @@ __all__ = [
     "InternalError",
     "InvalidAction",
     "InvalidBatchSize",
+    "InvalidCompletedRetention",
     "InvalidConsumer",
     "InvalidCron",
     "InvalidCursor",
     "InvalidDefaultMessageTtl",
     "InvalidDelay",
+    "InvalidErrorText",
     "InvalidEverySeconds",
+    "InvalidGroup",
+    "InvalidGroupMaxInFlight",
     "InvalidHealth",
     "InvalidIdempotencyKey",
     "InvalidJson",
     "InvalidLimit",
+    "InvalidMatch",
     "InvalidMaxDeliveryAttempts",
+    "InvalidMaxInFlight",
     "InvalidMaxMessages",
     "InvalidMinutes",
     "InvalidPath",
@@ -44,7 +50,10 @@ __all__ = [
     "InvalidPriority",
     "InvalidQueueId",
     "InvalidQueueName",
+    "InvalidRateLimit",
+    "InvalidReason",
     "InvalidRequest",
+    "InvalidResult",
     "InvalidScheduleName",
     "InvalidState",
     "InvalidTimezone",
@@ -315,6 +324,60 @@ class EmptyScheduleUpdate(InvalidRequest):
     """A schedule update with no field."""
 
     default_code = "empty_schedule_update"
+
+
+class InvalidGroup(InvalidRequest):
+    """A message's ``group`` is not 1–128 visible ASCII characters."""
+
+    default_code = "invalid_group"
+
+
+class InvalidGroupMaxInFlight(InvalidRequest):
+    """``group_max_in_flight`` out of 1–10000."""
+
+    default_code = "invalid_group_max_in_flight"
+
+
+class InvalidMaxInFlight(InvalidRequest):
+    """``max_in_flight`` out of 1–1000000."""
+
+    default_code = "invalid_max_in_flight"
+
+
+class InvalidRateLimit(InvalidRequest):
+    """A ``rate_limit`` or ``group_rate_limit`` out of range."""
+
+    default_code = "invalid_rate_limit"
+
+
+class InvalidCompletedRetention(InvalidRequest):
+    """``completed_retention_seconds`` out of 0–604800."""
+
+    default_code = "invalid_completed_retention"
+
+
+class InvalidResult(InvalidRequest):
+    """An acknowledge's ``result`` over 65,536 characters."""
+
+    default_code = "invalid_result"
+
+
+class InvalidErrorText(InvalidRequest):
+    """A visibility change's ``error`` over 4,096 characters."""
+
+    default_code = "invalid_error"
+
+
+class InvalidReason(InvalidRequest):
+    """A dead-letter ``reason`` filter that is not a reason the server gives."""
+
+    default_code = "invalid_reason"
+
+
+class InvalidMatch(InvalidRequest):
+    """``match`` is not a JSON object."""
+
+    default_code = "invalid_match"
 
 
 # --- 401, 403, 404, 405, 409, 413, 415 ---------------------------------------------------

@@ -11,6 +11,15 @@ seconds in all), and one task acknowledges finished messages in batch calls, nev
 up a dequeue. A failed handler's message is released for a later attempt with exponential
 backoff; ``RetryLater(seconds)`` picks the delay.
 
+What happened is recorded on the message's attempts (SPEC §3.11): a release carries the
+exception as ``error`` (``"<ExceptionType>: <message>"``, cut to 4,096 characters). A
+handler's return value is the acknowledge's ``result`` while the queue keeps completed
+messages (``completed_retention_seconds`` > 0, read at the start and every 30 s; otherwise
+the server would discard it): a ``str`` as is, anything else encoded as JSON; ``None`` (or
+a value that is not JSON-serialisable, or longer than 65,536 characters: logged, never
+truncated — half a JSON document is not one) sends none. Acknowledgements without a result
+stay batched; one with a result is a call of its own (the batch route takes none).
+
 How far to fetch ahead, by default, follows the handlers (averages of the handler time and
 of the dequeue round trip): the worker holds up to ``2 × concurrency × round trip / handler
 time`` messages beyond the running ones (at most 200, two full batches, and about 32 M
@@ -46,6 +55,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from retsu_client._calls import QueueRef
 from retsu_client.aio import AsyncClient
 from retsu_client.errors import (
@@ -61,7 +72,14 @@ from retsu_client.models import Message
 if TYPE_CHECKING:
     from retsu_client.metrics import WorkerMetrics
 
-__all__ = ["Handler", "RetryLater", "Worker", "default_consumer_name", "release_delay"]
+__all__ = [
+    "Handler",
+    "RetryLater",
+    "Worker",
+    "default_consumer_name",
+    "error_text",
+    "release_delay",
+]
 
 Handler = Callable[[Message], Awaitable[object]] | Callable[[Message], object]
 
@@ -88,6 +106,13 @@ RELEASE_CONCURRENCY = 16
 EWMA_WEIGHT = 0.2
 # Errors a retry will not fix: the worker stops (and `run()` raises) instead of looping.
 _FATAL = (Unauthorized, Forbidden, NotFound, InvalidRequest)
+# The API's bounds (SPEC §3.3): a release's `error`, an acknowledge's `result`.
+ERROR_MAX_LENGTH = 4096
+RESULT_MAX_LENGTH = 65536
+# How often the queue's settings are read again (whether it keeps results).
+SETTINGS_REFRESH = 30.0
+# Acknowledges with a result sent at once (one call each: the batch route takes none).
+RESULT_ACK_CONCURRENCY = 16
 
 
 class RetryLater(Exception):
@@ -115,6 +140,17 @@ def _visibility(seconds: float) -> int:
     return max(0, min(MAX_VISIBILITY, math.ceil(seconds)))
 
 
+def error_text(error: BaseException) -> str:
+    """What a release tells the server about a failure: ``"<ExceptionType>: <message>"``
+    (the type alone when the message is empty), cut to the API's 4,096 characters."""
+    name = type(error).__name__
+    detail = str(error)
+    text = f"{name}: {detail}" if detail else name
+    if len(text) > ERROR_MAX_LENGTH:
+        text = text[: ERROR_MAX_LENGTH - 1] + "…"
+    return text
+
+
 @dataclass(eq=False)
 class _Held:
     """A message this worker holds a lease on."""
@@ -128,6 +164,7 @@ class _Held:
     abandoned: bool = False  # released at shutdown while its handler still ran
     capped: bool = False  # reached max_extension: no more extensions
     extending: bool = False
+    result: str | None = None  # the handler's return value, sent with its acknowledge
 
 
 @dataclass
@@ -198,7 +235,10 @@ class Worker:
       it waits in the prefetch buffer), at half the visibility timeout, for at most this
       many seconds after it was received; after that the lease is left to end.
     * ``retry_base``, ``retry_cap`` — a handler exception releases the message with
-      visibility ``min(retry_base * 2**(attempt-1), retry_cap)`` seconds.
+      visibility ``min(retry_base * 2**(attempt-1), retry_cap)`` seconds, and its type and
+      message as the attempt's ``error``.
+    * A handler's return value is sent as the acknowledge's ``result`` when the queue keeps
+      completed messages (see the module's docstring); return nothing to send none.
     * ``shutdown_grace`` — seconds running handlers (and dequeues already sent) get to
       finish on stop.
     * ``ack_interval`` — how long finished messages are collected into one batch
@@ -271,6 +311,7 @@ class Worker:
         self._queue_id = ""
         self._queue_name = str(queue)
         self._lease = 0
+        self._keep_results = False  # the queue keeps completed messages (and results)
 
     # --- control ------------------------------------------------------------------------
 
@@ -296,6 +337,7 @@ class Worker:
         details = await self.client.get_queue(self.queue)
         self._queue_id, self._queue_name = details.id, details.name
         self._lease = self.visibility_timeout or details.visibility_timeout_seconds
+        self._keep_results = details.completed_retention_seconds > 0
         self._ready: asyncio.Queue[_Held] = asyncio.Queue()
         self._acks: asyncio.Queue[_Held | None] = asyncio.Queue()
         self._capacity = asyncio.Event()
@@ -314,9 +356,12 @@ class Worker:
         ]
         extender = asyncio.create_task(self._extend_loop(), name="retsu-extend")
         acker = asyncio.create_task(self._ack_loop(), name="retsu-ack")
+        settings = asyncio.create_task(self._settings_loop(), name="retsu-settings")
         try:
             await self._stopping.wait()
         finally:
+            settings.cancel()
+            await asyncio.gather(settings, return_exceptions=True)
             await self._shutdown(fetcher, slots, extender, acker)
         if self._fatal is not None:
             raise self._fatal
@@ -486,25 +531,30 @@ class Worker:
             self.metrics.started(self._queue_name)
         started = time.perf_counter()
         delay: int | None = None
+        error: str | None = None
         try:
             if self._is_async:
-                await self.handler(message)  # type: ignore[misc]
+                value = await self.handler(message)  # type: ignore[misc]
             else:
-                await self._threads.run(self.handler, message)
+                value = await self._threads.run(self.handler, message)
         except asyncio.CancelledError:
             outcome = "released_on_shutdown"  # cancelled after the grace period
         except RetryLater as retry:
             outcome, delay = "retry_later", _visibility(retry.seconds)
-        except Exception as error:
+            error = error_text(retry)
+        except Exception as failure:
             outcome = "failed"
             delay = release_delay(message.delivery_attempts, self.retry_base, self.retry_cap)
+            error = error_text(failure)
             self.log.warning(
-                f"handler failed: {error!r}; released for {delay}s",
+                f"handler failed: {failure!r}; released for {delay}s",
                 exc_info=True,
                 extra=self._message_fields(message, outcome=outcome, retry_in=delay),
             )
         else:
             outcome = "acknowledged"
+            if value is not None and self._keep_results:
+                held.result = self._result_text(value, message)
         duration = time.perf_counter() - started
         average = self._handler_seconds
         self._handler_seconds = (
@@ -528,7 +578,31 @@ class Worker:
             self._acks.put_nowait(held)
         else:
             assert delay is not None
-            await self._release(held, delay, outcome)
+            await self._release(held, delay, outcome, error)
+
+    def _result_text(self, value: object, message: Message) -> str | None:
+        """A handler's return value as the acknowledge's ``result``, or None (logged) when
+        it cannot be one. Never truncated: a cut JSON document is not JSON any more."""
+        if isinstance(value, str):
+            text = value
+        else:
+            try:
+                text = msgspec.json.encode(value).decode()
+            except (TypeError, ValueError, msgspec.EncodeError) as failure:
+                self.log.warning(
+                    f"handler returned a value that is not JSON-serialisable ({failure}); "
+                    "acknowledged without a result",
+                    extra=self._message_fields(message, result_type=type(value).__name__),
+                )
+                return None
+        if len(text) > RESULT_MAX_LENGTH:
+            self.log.warning(
+                f"handler result of {len(text)} characters is over the API's "
+                f"{RESULT_MAX_LENGTH}; acknowledged without a result",
+                extra=self._message_fields(message, result_length=len(text)),
+            )
+            return None
+        return text
 
     def _finish(self, held: _Held) -> None:
         if not held.finished:
@@ -539,14 +613,20 @@ class Worker:
     def _forget(self, held: _Held) -> None:
         self._held.pop(held.message.receipt_handle, None)
 
-    async def _release(self, held: _Held, seconds: int, outcome: str) -> None:
+    async def _release(
+        self, held: _Held, seconds: int, outcome: str, error: str | None = None
+    ) -> None:
         self._finish(held)
         self._forget(held)
         if held.lost:
             return  # counted when it was lost
         try:
             await self.client.change_visibility(
-                self._queue_id, held.message, seconds, receipt_handle=held.message.receipt_handle
+                self._queue_id,
+                held.message,
+                seconds,
+                receipt_handle=held.message.receipt_handle,
+                error=error,
             )
         except StaleReceiptHandle:
             self._lost(held, "release")
@@ -643,6 +723,23 @@ class Worker:
             await self._flush(batch)
 
     async def _flush(self, batch: list[_Held]) -> None:
+        plain = [held for held in batch if held.result is None]
+        with_result = [held for held in batch if held.result is not None]
+        if not with_result:
+            await self._flush_plain(plain)  # the common case: one batch call, nothing else
+            return
+        gate = asyncio.Semaphore(RESULT_ACK_CONCURRENCY)
+
+        async def one(held: _Held) -> None:
+            async with gate:
+                await self._flush_with_result(held)
+
+        work = [one(held) for held in with_result]
+        if plain:
+            work.append(self._flush_plain(plain))
+        await asyncio.gather(*work)
+
+    async def _flush_plain(self, batch: list[_Held]) -> None:
         try:
             await self.client.acknowledge_batch(self._queue_id, [held.message for held in batch])
         except RetsuError as error:
@@ -657,6 +754,36 @@ class Worker:
         finally:
             for held in batch:
                 self._forget(held)
+
+    async def _flush_with_result(self, held: _Held) -> None:
+        """The single acknowledge route: the only one that takes a ``result``."""
+        message = held.message
+        try:
+            await self.client.acknowledge(
+                self._queue_id, message, message.receipt_handle, result=held.result
+            )
+        except RetsuError as error:
+            self.log.error(
+                f"acknowledge failed: {error}; the message will be delivered again",
+                extra=self._fields(message_id=message.id),
+            )
+            self._count("ack_failed")
+        else:
+            self._count("acknowledged")
+        finally:
+            self._forget(held)
+
+    async def _settings_loop(self) -> None:
+        """Reads the queue again now and then: whether it keeps results may change while
+        the worker runs. A failure changes nothing (the dequeues report real trouble)."""
+        while True:
+            await asyncio.sleep(SETTINGS_REFRESH)
+            try:
+                details = await self.client.get_queue(self._queue_id)
+            except RetsuError as error:
+                self.log.debug(f"reading the queue's settings failed: {error}")
+                continue
+            self._keep_results = details.completed_retention_seconds > 0
 
     # --- shutdown -----------------------------------------------------------------------
 

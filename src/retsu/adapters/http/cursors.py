@@ -41,6 +41,7 @@ class CursorKind:
     CONSUMERS = "c"
     AUDIT_LOG = "a"
     SCHEDULES = "s"
+    GROUPS = "g"
 
 
 class Cursors:

@@ -15,9 +15,11 @@ from uuid import UUID
 import msgspec
 from litestar.params import KwargDefinition
 
+from retsu.domain.attempts import ERROR_MAX_LENGTH, RESULT_MAX_LENGTH, Attempt, Outcome
 from retsu.domain.audit import AuditAction, AuditRecord
 from retsu.domain.browsing import BrowseState, StoredMessage
 from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS
+from retsu.domain.groups import GroupState, GroupSummary
 from retsu.domain.message import (
     DEFAULT_REDRIVE_LIMIT,
     GROUP_MAX_LENGTH,
@@ -28,6 +30,7 @@ from retsu.domain.message import (
     DeadLetter,
     DeliveredMessage,
     Priority,
+    validate_group,
 )
 from retsu.domain.queue import (
     COMPLETED_RETENTION,
@@ -50,6 +53,16 @@ from retsu.domain.queue import (
 )
 from retsu.domain.ranges import IntRange
 from retsu.domain.schedule import DEFAULT_TIMEZONE, EVERY_SECONDS, Schedule
+from retsu.domain.search import (
+    BULK_LIMIT,
+    DEFAULT_BULK_LIMIT,
+    MATCH_MAX_LENGTH,
+    REASONS,
+    BulkOutcome,
+    Search,
+    check_match,
+    parse_reason,
+)
 from retsu.domain.state import QueueStats
 
 MAX_BATCH_SIZE = 100
@@ -245,6 +258,15 @@ class DequeueBody(msgspec.Struct, forbid_unknown_fields=True):
 
 class AcknowledgeBody(msgspec.Struct, forbid_unknown_fields=True):
     receipt_handle: str
+    result: Annotated[
+        str | None,
+        KwargDefinition(
+            max_length=RESULT_MAX_LENGTH,
+            description="The work's result, kept with the message when its queue keeps "
+            f"completed messages (`completed_retention_seconds` > 0). At most "
+            f"{RESULT_MAX_LENGTH} characters, no U+0000; else `invalid_result`.",
+        ),
+    ] = None
 
 
 class ReceiptBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -261,10 +283,89 @@ class VisibilityBody(msgspec.Struct, forbid_unknown_fields=True):
     visibility_timeout_seconds: Annotated[
         int, _range(VISIBILITY_CHANGE, "The lease ends this many seconds from now; 0 releases it.")
     ]
+    error: Annotated[
+        str | None,
+        KwargDefinition(
+            max_length=ERROR_MAX_LENGTH,
+            description="Why the consumer gives the message back, recorded on the current "
+            f"attempt. At most {ERROR_MAX_LENGTH} characters, no U+0000; else "
+            "`invalid_error`.",
+        ),
+    ] = None
 
 
-class RedriveBody(msgspec.Struct, forbid_unknown_fields=True):
-    limit: Annotated[int | None, _range(REDRIVE_LIMIT, default=DEFAULT_REDRIVE_LIMIT)] = None
+# -- bulk actions (SPEC §3.11) --------------------------------------------------------
+# ``match`` arrives as any JSON value and is checked by the domain (``check_match``), so a
+# value that is not an object answers ``invalid_match``, as the query parameter does.
+_MATCH = KwargDefinition(
+    schema_extra={"oneOf": [{"type": "object"}, {"type": "null"}]},
+    description="Only payloads that are JSON and contain this object (PostgreSQL's `@>`). "
+    f"A JSON object of at most {MATCH_MAX_LENGTH} characters; else `invalid_match`.",
+)
+_BULK_PRIORITY = KwargDefinition(
+    enum=_PRIORITIES, description="Only this priority; else `invalid_priority`."
+)
+_BULK_GROUP = KwargDefinition(
+    min_length=1,
+    max_length=GROUP_MAX_LENGTH,
+    description="Only this group; 1–128 visible ASCII characters, else `invalid_group`.",
+)
+_REASON = KwargDefinition(
+    enum=sorted(REASONS),
+    description="Only dead letters moved for this reason; else `invalid_reason`.",
+)
+_DRY_RUN = KwargDefinition(
+    schema_extra={"default": False},
+    description='true: only count what a real run would take now (`{"matched": n}`).',
+)
+
+
+class _BulkFilter(msgspec.Struct, forbid_unknown_fields=True):
+    priority: Annotated[str | None, _BULK_PRIORITY] = None
+    group: Annotated[str | None, _BULK_GROUP] = None
+    match: Annotated[Any, _MATCH] = None
+    dry_run: Annotated[bool | None, _DRY_RUN] = None
+
+    def search(self, reason: str | None = None) -> Search:
+        """The filter, parsed with the domain's rules and codes."""
+        return Search(
+            priority=None if self.priority is None else Priority.parse(self.priority),
+            group=None if self.group is None else validate_group(self.group),
+            match=None if self.match is None else check_match(self.match),
+            reason=None if reason is None else parse_reason(reason),
+        )
+
+    @property
+    def dry(self) -> bool:
+        return bool(self.dry_run)
+
+
+class DeleteMessagesBody(_BulkFilter, forbid_unknown_fields=True):
+    state: Annotated[
+        str | None,
+        KwargDefinition(
+            enum=[s.value for s in BrowseState],
+            description="Only messages in this state (completed: kept after acknowledgement); "
+            "absent: every live message. Else `invalid_state`.",
+        ),
+    ] = None
+    limit: Annotated[int | None, _range(BULK_LIMIT, "At most this many.", DEFAULT_BULK_LIMIT)] = (
+        None
+    )
+
+
+class DeleteDeadLettersBody(_BulkFilter, forbid_unknown_fields=True):
+    reason: Annotated[str | None, _REASON] = None
+    limit: Annotated[int | None, _range(BULK_LIMIT, "At most this many.", DEFAULT_BULK_LIMIT)] = (
+        None
+    )
+
+
+class RedriveBody(_BulkFilter, forbid_unknown_fields=True):
+    reason: Annotated[str | None, _REASON] = None
+    limit: Annotated[
+        int | None, _range(REDRIVE_LIMIT, "At most this many.", DEFAULT_REDRIVE_LIMIT)
+    ] = None
 
 
 class ScheduleMessageBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -390,6 +491,10 @@ class StatsOut(msgspec.Struct, gc=False):
     delayed: int
     dead_letters: int
     oldest_ready_age_seconds: float
+    groups: Annotated[int, KwargDefinition(description="Groups with a live message.")]
+    completed: Annotated[
+        int, KwargDefinition(description="Completed messages kept right now (not live).")
+    ]
 
 
 class QueueWithStatsOut(QueueOut, gc=False):
@@ -405,6 +510,38 @@ class PurgedOut(msgspec.Struct, gc=False):
     purged: int
 
 
+OutcomeName = Annotated[str, KwargDefinition(enum=[o.value for o in Outcome])]
+
+
+class AttemptOut(msgspec.Struct, gc=False):
+    """One delivery of a message (SPEC §3.11)."""
+
+    number: int
+    delivered_at: datetime
+    consumer: Annotated[
+        str | None, KwargDefinition(description="The dequeue's `Retsu-Consumer`, if it sent one.")
+    ]
+    ended_at: Annotated[datetime | None, KwargDefinition(description="null while in flight.")]
+    outcome: Annotated[
+        OutcomeName,
+        KwargDefinition(
+            enum=[o.value for o in Outcome],
+            description="How the delivery ended: `in_flight` (not yet), `acknowledged`, "
+            "`released` (a visibility change to 0), `lease_expired` or `deleted` (an operator "
+            "removed it while leased).",
+        ),
+    ]
+    error: Annotated[
+        str | None,
+        KwargDefinition(description="The last `error` a visibility change gave it."),
+    ]
+
+
+_ATTEMPTS_DOC = KwargDefinition(
+    description="Every delivery, oldest first (at most the latest 100)."
+)
+
+
 class DeadLetterOut(msgspec.Struct, gc=False):
     id: UUID
     payload: str
@@ -415,6 +552,10 @@ class DeadLetterOut(msgspec.Struct, gc=False):
     last_delivered_at: datetime | None
     dead_lettered_at: datetime
     reason: str
+    attempts: Annotated[list[AttemptOut], _ATTEMPTS_DOC]
+    last_error: Annotated[
+        str | None, KwargDefinition(description="The error of its latest attempt that had one.")
+    ]
 
 
 class DeadLettersOut(msgspec.Struct):
@@ -424,6 +565,24 @@ class DeadLettersOut(msgspec.Struct):
 
 class RedrivenOut(msgspec.Struct, gc=False):
     redriven: int
+
+
+class MatchedOut(msgspec.Struct, gc=False):
+    """A bulk action's dry run: how many a real run would take now (at most its limit)."""
+
+    matched: int
+
+
+class DeletedOut(msgspec.Struct, gc=False):
+    deleted: int
+
+
+def deleted_out(outcome: BulkOutcome) -> MatchedOut | DeletedOut:
+    return MatchedOut(outcome.count) if outcome.dry_run else DeletedOut(outcome.count)
+
+
+def redriven_out(outcome: BulkOutcome) -> MatchedOut | RedrivenOut:
+    return MatchedOut(outcome.count) if outcome.dry_run else RedrivenOut(outcome.count)
 
 
 class AuditRecordOut(msgspec.Struct):
@@ -495,10 +654,51 @@ class StoredMessageOut(msgspec.Struct, gc=False):
     schedule_id: Annotated[
         UUID | None, KwargDefinition(description="The schedule that enqueued this message.")
     ]
+    attempts: Annotated[list[AttemptOut], _ATTEMPTS_DOC]
+    completed_at: Annotated[
+        datetime | None,
+        KwargDefinition(description="When it was acknowledged (completed messages only)."),
+    ]
+    result: Annotated[
+        str | None,
+        KwargDefinition(description="The acknowledge's `result` (completed messages only)."),
+    ]
 
 
 class StoredMessagesOut(msgspec.Struct):
     items: list[StoredMessageOut]
+    next_cursor: str | None
+
+
+GroupStateName = Annotated[str, KwargDefinition(enum=[s.value for s in GroupState])]
+
+
+class GroupOut(msgspec.Struct, gc=False):
+    """A group with a live message (SPEC §3.10)."""
+
+    group: str
+    ready: int
+    in_flight: int
+    delayed: int
+    head_id: Annotated[UUID, KwargDefinition(description="Its oldest live message.")]
+    head_delivery_attempts: int
+    head_enqueued_at: datetime
+    last_delivered_at: Annotated[
+        datetime | None, KwargDefinition(description="The group's most recent delivery.")
+    ]
+    state: Annotated[
+        GroupStateName,
+        KwargDefinition(
+            enum=[s.value for s in GroupState],
+            description="`ready`: its next message is deliverable now; `blocked`: it is at its "
+            "in-flight limit; `waiting`: its next message waits for its delay (or the "
+            "group's next token).",
+        ),
+    ]
+
+
+class GroupsOut(msgspec.Struct):
+    items: list[GroupOut]
     next_cursor: str | None
 
 
@@ -548,8 +748,26 @@ def queue_with_stats_out(queue: Queue, stats: QueueStats) -> QueueWithStatsOut:
             dead_letters=stats.dead_letters,
             # Milliseconds are plenty for an age; fewer digits on the wire.
             oldest_ready_age_seconds=round(stats.oldest_ready_age_seconds, 3),
+            groups=stats.groups,
+            completed=stats.completed,
         ),
     )
+
+
+def _attempts_out(attempts: tuple[Attempt, ...]) -> list[AttemptOut]:
+    # Storage hands over finished attempts (``domain.attempts.finish``): an attempt left
+    # without an outcome here would be a storage bug, shown as the lease that ended it.
+    return [
+        AttemptOut(
+            number=a.number,
+            delivered_at=_utc(a.delivered_at),
+            consumer=a.consumer,
+            ended_at=_maybe_utc(a.ended_at),
+            outcome=(a.outcome or Outcome.LEASE_EXPIRED).value,
+            error=a.error,
+        )
+        for a in attempts
+    ]
 
 
 def dead_letter_out(record: DeadLetter) -> DeadLetterOut:
@@ -565,6 +783,8 @@ def dead_letter_out(record: DeadLetter) -> DeadLetterOut:
         ),
         dead_lettered_at=_utc(record.dead_lettered_at),
         reason=record.reason,
+        attempts=_attempts_out(record.attempts),
+        last_error=record.last_error,
     )
 
 
@@ -584,6 +804,23 @@ def stored_message_out(message: StoredMessage) -> StoredMessageOut:
         redriven_from=message.redriven_from,
         group=message.group,
         schedule_id=message.schedule_id,
+        attempts=_attempts_out(message.attempts),
+        completed_at=_maybe_utc(message.completed_at),
+        result=message.result,
+    )
+
+
+def group_out(summary: GroupSummary) -> GroupOut:
+    return GroupOut(
+        group=summary.group,
+        ready=summary.ready,
+        in_flight=summary.in_flight,
+        delayed=summary.delayed,
+        head_id=summary.head_id,
+        head_delivery_attempts=summary.head_delivery_attempts,
+        head_enqueued_at=_utc(summary.head_enqueued_at),
+        last_delivered_at=_maybe_utc(summary.last_delivered_at),
+        state=summary.state.value,
     )
 
 

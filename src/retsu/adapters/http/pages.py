@@ -3,12 +3,17 @@
 Each function parses the list's filters (their own error codes first), checks the limit,
 opens the cursor (bound to the list and its filters), asks the use case for the page and
 seals the next cursor — the one place a list's query string becomes a use case's query.
+The searchable lists also come as ``…_found`` taking filters already parsed: the console
+reads its search fields into a form (an error shown beside its field) and asks for the
+same page, with the same cursor, through them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from retsu.adapters.http.cursors import CursorKind, Cursors
@@ -18,14 +23,15 @@ from retsu.application.activity import (
     ListAuditLogQuery,
     ListConsumersQuery,
 )
-from retsu.application.browsing import BrowsingService, ListMessagesQuery
+from retsu.application.browsing import BrowsingService, ListGroupsQuery, ListMessagesQuery
 from retsu.application.dead_letters import DeadLetterService, ListDeadLettersQuery
 from retsu.application.queues import ListQueuesQuery, QueueService
 from retsu.application.schedules import ListSchedulesQuery, ScheduleService
 from retsu.domain.audit import AuditAction, AuditRecord
 from retsu.domain.browsing import BrowseState, MessagePosition, StoredMessage
 from retsu.domain.consumer import ConsumerHealth, ConsumerPosition
-from retsu.domain.message import DeadLetter, Priority
+from retsu.domain.groups import GroupPosition, GroupState, GroupSummary
+from retsu.domain.message import DeadLetter, Priority, validate_group
 from retsu.domain.pagination import (
     DEFAULT_LIST_LIMIT,
     LIST_LIMIT,
@@ -35,6 +41,7 @@ from retsu.domain.pagination import (
 )
 from retsu.domain.queue import Queue
 from retsu.domain.schedule import Schedule, SchedulePosition
+from retsu.domain.search import EVERYTHING, Search, parse_match, parse_reason
 
 T = TypeVar("T")
 
@@ -63,6 +70,34 @@ async def queues_page(
     return Listed(page.items, next_cursor)
 
 
+def parse_search(
+    *,
+    priority: str | None = None,
+    group: str | None = None,
+    match: str | None = None,
+    reason: str | None = None,
+) -> Search:
+    """A list's search filters as query parameters give them, with the domain's codes
+    (``invalid_priority``, ``invalid_group``, ``invalid_match``, ``invalid_reason``)."""
+    if priority is None and group is None and match is None and reason is None:
+        return EVERYTHING
+    return Search(
+        priority=None if priority is None else Priority.parse(priority),
+        group=None if group is None else validate_group(group),
+        match=None if match is None else parse_match(match),
+        reason=None if reason is None else parse_reason(reason),
+    )
+
+
+def match_digest(match: dict[str, Any] | None) -> str | None:
+    """What a cursor binds of a ``match``: a digest of its canonical form (a match may be
+    4,096 characters; a cursor stays short)."""
+    if match is None:
+        return None
+    canonical = json.dumps(match, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
 async def dead_letters_page(
     dead_letters: DeadLetterService,
     cursors: Cursors,
@@ -70,9 +105,24 @@ async def dead_letters_page(
     *,
     limit: int = DEFAULT_LIST_LIMIT,
     cursor: str | None = None,
+    group: str | None = None,
+    match: str | None = None,
+    reason: str | None = None,
 ) -> Listed[DeadLetter]:
-    query = ListDeadLettersQuery(queue_id=queue_id, limit=limit)
-    scope = [str(queue_id)]
+    search = parse_search(group=group, match=match, reason=reason)
+    return await dead_letters_found(dead_letters, cursors, queue_id, search, limit, cursor)
+
+
+async def dead_letters_found(
+    dead_letters: DeadLetterService,
+    cursors: Cursors,
+    queue_id: UUID,
+    search: Search,
+    limit: int,
+    cursor: str | None,
+) -> Listed[DeadLetter]:
+    query = ListDeadLettersQuery(queue_id=queue_id, limit=limit, search=search)
+    scope = [str(queue_id), search.group, match_digest(search.match), search.reason]
     after = await cursors.open(CursorKind.DEAD_LETTERS, scope, cursor, DeadLetterPosition.read)
     page = await dead_letters.list(query, after)
     next_cursor = await cursors.seal(
@@ -90,26 +140,75 @@ async def messages_page(
     priority: str | None = None,
     limit: int = DEFAULT_LIST_LIMIT,
     cursor: str | None = None,
+    group: str | None = None,
+    match: str | None = None,
 ) -> Listed[StoredMessage]:
     parsed_state = None if state is None else BrowseState.parse(state)
-    parsed_priority = None if priority is None else Priority.parse(priority)
+    search = parse_search(priority=priority, group=group, match=match)
+    return await messages_found(browsing, cursors, queue_id, parsed_state, search, limit, cursor)
+
+
+async def messages_found(
+    browsing: BrowsingService,
+    cursors: Cursors,
+    queue_id: UUID,
+    state: BrowseState | None,
+    search: Search,
+    limit: int,
+    cursor: str | None,
+) -> Listed[StoredMessage]:
     query = ListMessagesQuery(
-        queue_id=queue_id, state=parsed_state, priority=parsed_priority, limit=limit
+        queue_id=queue_id,
+        state=state,
+        priority=search.priority,
+        limit=limit,
+        group=search.group,
+        match=search.match,
     )
     scope = [
         str(queue_id),
-        None if parsed_state is None else parsed_state.value,
-        None if parsed_priority is None else parsed_priority.name,
+        None if state is None else state.value,
+        None if search.priority is None else search.priority.name,
+        search.group,
+        match_digest(search.match),
     ]
     after = await cursors.open(
-        CursorKind.MESSAGES,
-        scope,
-        cursor,
-        lambda values: MessagePosition.read(parsed_state, values),
+        CursorKind.MESSAGES, scope, cursor, lambda values: MessagePosition.read(state, values)
     )
     page = await browsing.list(query, after)
     next_cursor = await cursors.seal(
-        CursorKind.MESSAGES, scope, None if page.next is None else page.next.seal(parsed_state)
+        CursorKind.MESSAGES, scope, None if page.next is None else page.next.seal(state)
+    )
+    return Listed(page.items, next_cursor)
+
+
+async def groups_page(
+    browsing: BrowsingService,
+    cursors: Cursors,
+    queue_id: UUID,
+    *,
+    state: str | None = None,
+    limit: int = DEFAULT_LIST_LIMIT,
+    cursor: str | None = None,
+) -> Listed[GroupSummary]:
+    parsed_state = None if state is None else GroupState.parse(state)
+    return await groups_found(browsing, cursors, queue_id, parsed_state, limit, cursor)
+
+
+async def groups_found(
+    browsing: BrowsingService,
+    cursors: Cursors,
+    queue_id: UUID,
+    state: GroupState | None,
+    limit: int,
+    cursor: str | None,
+) -> Listed[GroupSummary]:
+    query = ListGroupsQuery(queue_id=queue_id, state=state, limit=limit)
+    scope = [str(queue_id), None if state is None else state.value]
+    after = await cursors.open(CursorKind.GROUPS, scope, cursor, GroupPosition.read)
+    page = await browsing.groups(query, after)
+    next_cursor = await cursors.seal(
+        CursorKind.GROUPS, scope, None if page.next is None else page.next.seal()
     )
     return Listed(page.items, next_cursor)
 

@@ -22,7 +22,10 @@ from retsu.adapters.http.request_rules import RequestProblem
 from retsu.domain.audit import AuditAction
 from retsu.domain.browsing import BrowseState
 from retsu.domain.consumer import ConsumerHealth, parse_consumer_name
+from retsu.domain.groups import GroupState
+from retsu.domain.message import GROUP_MAX_LENGTH
 from retsu.domain.pagination import DEFAULT_LIST_LIMIT, LIST_LIMIT
+from retsu.domain.search import MATCH_MAX_LENGTH, REASONS
 
 __all__ = [
     "CONSUMER",
@@ -33,13 +36,17 @@ __all__ = [
     "ActionFilter",
     "Cursor",
     "Digits",
+    "GroupFilter",
+    "GroupStateFilter",
     "HealthFilter",
     "Limit",
+    "MatchFilter",
     "MessageId",
     "PriorityFilter",
     "QueueId",
     "QueueIdFilter",
     "QueueNameFilter",
+    "ReasonFilter",
     "ScheduleId",
     "StateFilter",
     "consumer_of",
@@ -181,8 +188,43 @@ StateFilter = Annotated[
     QueryParameter(
         name="state",
         schema_extra={"enum": [state.value for state in BrowseState]},
-        description="Only the messages in this state (SPEC §3.2 counting rules); absent: every "
-        "live message. Else `400 invalid_state`.",
+        description="Only the messages in this state (SPEC §3.2 counting rules; `completed`: "
+        "acknowledged and kept, newest completion first); absent: every live message. Else "
+        "`400 invalid_state`.",
+    ),
+]
+GroupStateFilter = Annotated[
+    str | None,
+    QueryParameter(
+        name="state",
+        schema_extra={"enum": [state.value for state in GroupState]},
+        description="Only the groups in this state: `ready` (its next message is deliverable "
+        "now), `blocked` (at its in-flight limit) or `waiting` (its next message waits for its "
+        "delay or the group's next token). Else `400 invalid_state`.",
+    ),
+]
+GroupFilter = Annotated[
+    str | None,
+    QueryParameter(
+        schema_extra={"minLength": 1, "maxLength": GROUP_MAX_LENGTH, "pattern": "^[!-~]+$"},
+        description="Only the messages of this group (1–128 visible ASCII characters). Else "
+        "`400 invalid_group`.",
+    ),
+]
+MatchFilter = Annotated[
+    str | None,
+    QueryParameter(
+        schema_extra={"maxLength": MATCH_MAX_LENGTH},
+        description="A JSON object, URL-encoded: only payloads that are JSON and contain it "
+        "(PostgreSQL's `@>`; a payload that is not JSON never matches). At most "
+        f"{MATCH_MAX_LENGTH} characters. Else `400 invalid_match`.",
+    ),
+]
+ReasonFilter = Annotated[
+    str | None,
+    QueryParameter(
+        schema_extra={"enum": sorted(REASONS)},
+        description="Only the dead letters moved for this reason. Else `400 invalid_reason`.",
     ),
 ]
 PriorityFilter = Annotated[

@@ -4,7 +4,8 @@ Tables for people by default; ``--json`` prints the API's own JSON answer for th
 (one page for lists; nothing for a ``204``). Exit status: 0 success, 1 an API error (its
 problem printed on stderr) or an unreachable server or a refused confirmation, 2 a usage
 error. Purge, deletes, bulk redrive and pausing a schedule (its due times meanwhile are
-skipped, never caught up) ask for confirmation unless ``--yes``.
+skipped, never caught up) ask for confirmation unless ``--yes``; a bulk delete or redrive
+asks with the count its dry run found (``--dry-run`` only counts).
 """
 
 from __future__ import annotations
@@ -24,22 +25,61 @@ from retsu_client.cli.tables import fields, shorten, table
 from retsu_client.client import Client
 from retsu_client.errors import RetsuError, ScheduleNotFound
 from retsu_client.models import (
+    UNSET,
+    Attempt,
     AuditEntry,
     Consumer,
     DeadLetter,
+    Group,
     HistoryPoint,
     Page,
     Priority,
     Queue,
     QueueDetails,
+    RateLimit,
     Schedule,
     ScheduleMessage,
     StoredMessage,
 )
 
 PRIORITIES = ("HIGH", "MEDIUM", "LOW")
-STATES = ("ready", "in_flight", "delayed")
+STATES = ("ready", "in_flight", "delayed", "completed")
+GROUP_STATES = ("ready", "blocked", "waiting")
 HEALTH = ("healthy", "stale", "offline")
+NONE = "none"  # the word that removes a limit
+
+
+def _count_or_none(text: str) -> int | None:
+    """N, or ``none`` (no cap)."""
+    if text.lower() == NONE:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or {NONE}: {text!r}") from None
+
+
+def _rate_limit(text: str) -> RateLimit | None:
+    """PER_SECOND[:BURST], or ``none`` (no limit)."""
+    if text.lower() == NONE:
+        return None
+    per_second, _, burst = text.partition(":")
+    try:
+        return RateLimit(per_second=float(per_second), burst=int(burst) if burst else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected PER_SECOND[:BURST] (e.g. 10 or 2.5:20) or {NONE}: {text!r}"
+        ) from None
+
+
+def _json_object(text: str) -> Any:
+    """--match: JSON text (whether it is an object is the server's to say)."""
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise argparse.ArgumentTypeError(
+            f"expected JSON, e.g. '{{\"customer\": 42}}': {text!r}"
+        ) from None
 
 
 @dataclass
@@ -179,6 +219,13 @@ def _show_queue(ctx: Context, queue: Queue | QueueDetails) -> int:
         ("max_delivery_attempts", queue.max_delivery_attempts),
         ("default_message_ttl_seconds", queue.default_message_ttl_seconds),
     ]
+    pairs += [
+        ("group_max_in_flight", queue.group_max_in_flight),
+        ("max_in_flight", _or_none(queue.max_in_flight)),
+        ("rate_limit", _rate_text(queue.rate_limit)),
+        ("group_rate_limit", _rate_text(queue.group_rate_limit)),
+        ("completed_retention_seconds", queue.completed_retention_seconds),
+    ]
     if isinstance(queue, QueueDetails):
         stats = queue.stats
         pairs += [
@@ -187,9 +234,21 @@ def _show_queue(ctx: Context, queue: Queue | QueueDetails) -> int:
             ("delayed", stats.delayed),
             ("dead_letters", stats.dead_letters),
             ("oldest_ready_age_seconds", stats.oldest_ready_age_seconds),
+            ("groups", stats.groups),
+            ("completed", stats.completed),
         ]
     ctx.say(fields(pairs))
     return 0
+
+
+def _or_none(value: Any) -> Any:
+    return NONE if value is None else value
+
+
+def _rate_text(limit: RateLimit | None) -> str:
+    if limit is None:
+        return NONE
+    return f"{limit.per_second:g}/s, burst {limit.burst}"
 
 
 def queues_show(ctx: Context) -> int:
@@ -203,6 +262,12 @@ def queues_create(ctx: Context) -> int:
         visibility_timeout_seconds=args.visibility_timeout,
         max_delivery_attempts=args.max_attempts,
         default_message_ttl_seconds=args.ttl,
+        group_max_in_flight=args.group_max_in_flight,
+        # "none" at creation is what leaving it out means: no limit.
+        max_in_flight=None if args.max_in_flight is UNSET else args.max_in_flight,
+        rate_limit=None if args.rate_limit is UNSET else args.rate_limit,
+        group_rate_limit=None if args.group_rate_limit is UNSET else args.group_rate_limit,
+        completed_retention_seconds=args.completed_retention,
     )
     return _show_queue(ctx, queue)
 
@@ -214,6 +279,11 @@ def queues_update(ctx: Context) -> int:
         visibility_timeout_seconds=args.visibility_timeout,
         max_delivery_attempts=args.max_attempts,
         default_message_ttl_seconds=args.ttl,
+        group_max_in_flight=args.group_max_in_flight,
+        max_in_flight=args.max_in_flight,  # UNSET when not given; None ("none") removes it
+        rate_limit=args.rate_limit,
+        group_rate_limit=args.group_rate_limit,
+        completed_retention_seconds=args.completed_retention,
     )
     return _show_queue(ctx, queue)
 
@@ -389,6 +459,7 @@ def messages_send(ctx: Context) -> int:
         priority=args.priority,
         ttl_seconds=args.ttl,
         delay_seconds=args.delay,
+        group=args.group,
         idempotency_key=args.idempotency_key,
     )
     if ctx.as_json:
@@ -403,6 +474,7 @@ def _message_row(message: StoredMessage) -> Sequence[Any]:
         message.id,
         str(message.priority),
         str(message.state),
+        message.group,
         message.delivery_attempts,
         message.enqueued_at,
         message.available_at,
@@ -415,11 +487,37 @@ def messages_browse(ctx: Context) -> int:
     return _listing(
         ctx,
         lambda c: ctx.client.list_messages(
-            args.queue, state=args.state, priority=args.priority, limit=args.limit, cursor=c
+            args.queue,
+            state=args.state,
+            priority=args.priority,
+            group=args.group,
+            match=args.match,
+            limit=args.limit,
+            cursor=c,
         ),
-        ["ID", "PRIORITY", "STATE", "ATTEMPTS", "ENQUEUED", "AVAILABLE", "PAYLOAD"],
+        ["ID", "PRIORITY", "STATE", "GROUP", "ATTEMPTS", "ENQUEUED", "AVAILABLE", "PAYLOAD"],
         _message_row,
     )
+
+
+def _timeline(ctx: Context, attempts: Sequence[Attempt]) -> None:
+    """A message's attempts, oldest first: who had it, when, how it ended, and why."""
+    if not attempts:
+        ctx.say("attempts: (none yet)")
+        return
+    rows = [
+        (
+            attempt.number,
+            attempt.delivered_at,
+            attempt.consumer,
+            attempt.ended_at,
+            str(attempt.outcome),
+            attempt.error,
+        )
+        for attempt in attempts
+    ]
+    ctx.say("attempts:")
+    ctx.say(table(["#", "DELIVERED", "CONSUMER", "ENDED", "OUTCOME", "ERROR"], rows))
 
 
 def messages_show(ctx: Context) -> int:
@@ -427,33 +525,147 @@ def messages_show(ctx: Context) -> int:
     if ctx.as_json:
         ctx.raw()
         return 0
-    ctx.say(
-        fields(
-            [
-                ("id", message.id),
-                ("priority", str(message.priority)),
-                ("state", str(message.state)),
-                ("delivery_attempts", message.delivery_attempts),
-                ("enqueued_at", message.enqueued_at),
-                ("available_at", message.available_at),
-                ("expires_at", message.expires_at),
-                ("last_delivered_at", message.last_delivered_at),
-                ("redriven_from", message.redriven_from),
-            ]
-        )
-    )
+    pairs: list[tuple[str, Any]] = [
+        ("id", message.id),
+        ("priority", str(message.priority)),
+        ("state", str(message.state)),
+        ("group", message.group),
+        ("delivery_attempts", message.delivery_attempts),
+        ("enqueued_at", message.enqueued_at),
+        ("available_at", message.available_at),
+        ("expires_at", message.expires_at),
+        ("last_delivered_at", message.last_delivered_at),
+        ("redriven_from", message.redriven_from),
+        ("schedule_id", message.schedule_id),
+    ]
+    if message.completed_at is not None:
+        pairs.append(("completed_at", message.completed_at))
+    ctx.say(fields(pairs))
+    _timeline(ctx, message.attempts)
+    if message.result is not None:
+        ctx.say("result:\n" + _pretty_payload(message.result))
     ctx.say("payload:\n" + _pretty_payload(message.payload))
     return 0
 
 
+def _described(args: argparse.Namespace, names: Sequence[str]) -> str:
+    """The filters given, as a sentence's tail."""
+    given = []
+    for name in names:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        text = msgspec.json.encode(value).decode() if name == "match" else str(value)
+        given.append(f"{name}={text}")
+    return f" matching {', '.join(given)}" if given else ""
+
+
+def _bulk(
+    ctx: Context, run: Callable[[bool], int], what: str, verb: str, done: str, where: str
+) -> int:
+    """A bulk action: with --dry-run only the count; otherwise, unless --yes, the dry run's
+    count first and a [y/N] question, then the real run (which takes what matches then)."""
+    args = ctx.args
+    if args.dry_run or not args.yes:
+        matched = run(True)
+        if args.dry_run:
+            if ctx.as_json:
+                ctx.raw()
+            else:
+                ctx.say(f"{matched} {what}{where} (dry run: nothing was changed)")
+            return 0
+        if matched == 0:
+            print(f"no {what}{where}: nothing to do", file=ctx.err)
+            if ctx.as_json:
+                ctx.raw()
+            return 0
+        if not ctx.confirm(f"{verb} {matched} {what}{where}?"):
+            return 1
+    count = run(False)
+    if ctx.as_json:
+        ctx.raw()
+    else:
+        ctx.say(f"{done} {count} {what}")
+    return 0
+
+
+_MESSAGE_FILTERS = ("state", "priority", "group", "match")
+
+
 def messages_delete(ctx: Context) -> int:
     args = ctx.args
-    if not ctx.confirm(f"Delete message {args.id} from queue {args.queue}?"):
-        return 1
-    ctx.client.delete_message(args.queue, args.id)
-    if not ctx.as_json:
-        ctx.say(f"deleted message {args.id}")
-    return 0
+    bulk = args.all or any(getattr(args, name) is not None for name in _MESSAGE_FILTERS)
+    if args.id is not None:
+        if bulk or args.dry_run or args.limit is not None:
+            print("error: give a message ID, or filters / --all for a bulk delete", file=ctx.err)
+            return 2
+        if not ctx.confirm(f"Delete message {args.id} from queue {args.queue}?"):
+            return 1
+        ctx.client.delete_message(args.queue, args.id)
+        if not ctx.as_json:
+            ctx.say(f"deleted message {args.id}")
+        return 0
+    if not bulk:
+        print(
+            "error: give a message ID, or --state/--priority/--group/--match (or --all) "
+            "to delete in bulk",
+            file=ctx.err,
+        )
+        return 2
+    scope = "message(s)" if args.state == "completed" else "live message(s)"
+    return _bulk(
+        ctx,
+        lambda dry: ctx.client.delete_messages(
+            args.queue,
+            state=args.state,
+            priority=args.priority,
+            group=args.group,
+            match=args.match,
+            limit=args.limit,
+            dry_run=dry,
+        ),
+        scope,
+        "Delete",
+        "deleted",
+        f" of queue {args.queue}{_described(args, _MESSAGE_FILTERS)}",
+    )
+
+
+# --- groups ------------------------------------------------------------------------------
+
+
+def groups_list(ctx: Context) -> int:
+    args = ctx.args
+
+    def row(group: Group) -> Sequence[Any]:
+        return (
+            group.group,
+            str(group.state),
+            group.ready,
+            group.in_flight,
+            group.delayed,
+            group.head_delivery_attempts,
+            group.head_enqueued_at,
+            group.last_delivered_at,
+            group.head_id,
+        )
+
+    return _listing(
+        ctx,
+        lambda c: ctx.client.list_groups(args.queue, state=args.state, limit=args.limit, cursor=c),
+        [
+            "GROUP",
+            "STATE",
+            "READY",
+            "IN_FLIGHT",
+            "DELAYED",
+            "HEAD_ATTEMPTS",
+            "HEAD_ENQUEUED",
+            "LAST_DELIVERED",
+            "HEAD_ID",
+        ],
+        row,
+    )
 
 
 # --- dead letters ------------------------------------------------------------------------
@@ -463,9 +675,11 @@ def _dead_letter_row(record: DeadLetter) -> Sequence[Any]:
     return (
         record.id,
         str(record.priority),
+        record.group,
         record.delivery_attempts,
         record.dead_lettered_at,
         record.reason,
+        shorten(record.last_error or "", 30) or None,
         shorten(record.payload),
     )
 
@@ -474,8 +688,10 @@ def dead_letters_list(ctx: Context) -> int:
     args = ctx.args
     return _listing(
         ctx,
-        lambda c: ctx.client.list_dead_letters(args.queue, limit=args.limit, cursor=c),
-        ["ID", "PRIORITY", "ATTEMPTS", "DEAD_LETTERED", "REASON", "PAYLOAD"],
+        lambda c: ctx.client.list_dead_letters(
+            args.queue, group=args.group, match=args.match, limit=args.limit, cursor=c
+        ),
+        ["ID", "PRIORITY", "GROUP", "ATTEMPTS", "DEAD_LETTERED", "REASON", "LAST_ERROR", "PAYLOAD"],
         _dead_letter_row,
     )
 
@@ -495,41 +711,91 @@ def dead_letters_show(ctx: Context) -> int:
                 ("last_delivered_at", record.last_delivered_at),
                 ("dead_lettered_at", record.dead_lettered_at),
                 ("reason", record.reason),
+                ("group", record.group),
+                ("last_error", record.last_error),
             ]
         )
     )
+    _timeline(ctx, record.attempts)
     ctx.say("payload:\n" + _pretty_payload(record.payload))
     return 0
 
 
+_DEAD_LETTER_FILTERS = ("priority", "group", "match", "reason")
+
+
+def _dead_letter_bulk(ctx: Context, single: str) -> bool | None:
+    """Whether the command is a bulk action (None: a usage error, printed)."""
+    args = ctx.args
+    filtered = any(getattr(args, name) is not None for name in _DEAD_LETTER_FILTERS)
+    bulk = bool(args.all or filtered)
+    if args.id is not None:
+        if bulk or args.dry_run or args.limit is not None:
+            print(f"error: give a dead-letter ID, or filters / --all {single}", file=ctx.err)
+            return None
+        return False
+    if not bulk:
+        print(
+            f"error: give a dead-letter ID, or --all / --priority/--group/--match/--reason "
+            f"{single}",
+            file=ctx.err,
+        )
+        return None
+    return True
+
+
 def dead_letters_redrive(ctx: Context) -> int:
     args = ctx.args
-    if args.id is not None:
-        if args.all or args.limit is not None:
-            print("error: give a dead-letter ID or --all [--limit N], not both", file=ctx.err)
-            return 2
+    bulk = _dead_letter_bulk(ctx, "to redrive in bulk (oldest first, at most --limit)")
+    if bulk is None:
+        return 2
+    if not bulk:
         new_id = ctx.client.redrive_dead_letter(args.queue, args.id)
         if ctx.as_json:
             ctx.raw()
         else:
             ctx.say(f"redriven as message {new_id}")
         return 0
-    if not args.all:
-        print("error: give a dead-letter ID, or --all to redrive in bulk", file=ctx.err)
-        return 2
-    limit = args.limit if args.limit is not None else 100
-    if not ctx.confirm(f"Redrive up to {limit} dead letters of queue {args.queue}, oldest first?"):
-        return 1
-    redriven = ctx.client.redrive_dead_letters(args.queue, limit=args.limit)
-    if ctx.as_json:
-        ctx.raw()
-    else:
-        ctx.say(f"redriven {redriven} dead letter(s)")
-    return 0
+    return _bulk(
+        ctx,
+        lambda dry: ctx.client.redrive_dead_letters(
+            args.queue,
+            limit=args.limit,
+            priority=args.priority,
+            group=args.group,
+            match=args.match,
+            reason=args.reason,
+            dry_run=dry,
+        ),
+        "dead letter(s)",
+        "Redrive (oldest first)",
+        "redriven",
+        f" of queue {args.queue}{_described(args, _DEAD_LETTER_FILTERS)}",
+    )
 
 
 def dead_letters_delete(ctx: Context) -> int:
     args = ctx.args
+    bulk = _dead_letter_bulk(ctx, "to delete in bulk")
+    if bulk is None:
+        return 2
+    if bulk:
+        return _bulk(
+            ctx,
+            lambda dry: ctx.client.delete_dead_letters(
+                args.queue,
+                priority=args.priority,
+                group=args.group,
+                match=args.match,
+                reason=args.reason,
+                limit=args.limit,
+                dry_run=dry,
+            ),
+            "dead letter(s)",
+            "Delete",
+            "deleted",
+            f" of queue {args.queue}{_described(args, _DEAD_LETTER_FILTERS)}",
+        )
     if not ctx.confirm(f"Delete dead letter {args.id} of queue {args.queue}?"):
         return 1
     ctx.client.delete_dead_letter(args.queue, args.id)
@@ -654,8 +920,11 @@ def build_parser() -> argparse.ArgumentParser:
         name: str,
         handler: Command,
         help_text: str,
+        aliases: Sequence[str] = (),
     ) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, help=help_text, description=help_text, parents=common)
+        cmd = sub.add_parser(
+            name, help=help_text, description=help_text, parents=common, aliases=list(aliases)
+        )
         cmd.set_defaults(handler=handler)
         return cmd
 
@@ -671,6 +940,56 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--visibility-timeout", type=int, metavar="SECONDS")
         cmd.add_argument("--max-attempts", type=int, metavar="N")
         cmd.add_argument("--ttl", type=int, metavar="SECONDS", help="default message lifetime")
+        # Flow control (SPEC §3.10) and history (§3.11). UNSET: not given (an update leaves
+        # the setting as it is); "none" removes a limit.
+        cmd.add_argument(
+            "--group-max-in-flight",
+            type=int,
+            metavar="N",
+            help="messages of one group leased at once (1: each group an ordered lane)",
+        )
+        cmd.add_argument(
+            "--max-in-flight",
+            type=_count_or_none,
+            default=UNSET,
+            metavar="N|none",
+            help="active leases of the queue at most (none: no cap)",
+        )
+        cmd.add_argument(
+            "--rate-limit",
+            type=_rate_limit,
+            default=UNSET,
+            metavar="PER_SECOND[:BURST]|none",
+            help="a token bucket for the queue's deliveries (none: no limit)",
+        )
+        cmd.add_argument(
+            "--group-rate-limit",
+            type=_rate_limit,
+            default=UNSET,
+            metavar="PER_SECOND[:BURST]|none",
+            help="the same bucket for each group on its own (none: no limit)",
+        )
+        cmd.add_argument(
+            "--completed-retention",
+            type=int,
+            metavar="SECONDS",
+            help="keep acknowledged messages (with their result) this long (0: not at all)",
+        )
+
+    def match(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument(
+            "--match",
+            type=_json_object,
+            metavar="JSON",
+            help="only JSON payloads containing this object, e.g. '{\"customer\": 42}'",
+        )
+
+    def bulk(cmd: argparse.ArgumentParser, limit_help: str) -> None:
+        cmd.add_argument("--all", action="store_true", help="in bulk, without a filter")
+        cmd.add_argument("--limit", type=int, help=limit_help)
+        cmd.add_argument(
+            "--dry-run", action="store_true", help="only count what a real run would take now"
+        )
 
     queues = groups.add_parser("queues", help="list, inspect and change queues")
     qsub = queues.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -703,42 +1022,90 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--priority", choices=PRIORITIES, default="MEDIUM")
     cmd.add_argument("--ttl", type=int, metavar="SECONDS")
     cmd.add_argument("--delay", type=int, metavar="SECONDS")
+    cmd.add_argument("--group", help="the message's group (an ordered lane of the queue)")
     cmd.add_argument("--idempotency-key", metavar="KEY")
-    cmd = command(msub, "browse", messages_browse, "list live messages without claiming them")
+    cmd = command(
+        msub,
+        "browse",
+        messages_browse,
+        "list messages without claiming them (also: messages list)",
+        aliases=["list"],
+    )
     cmd.add_argument("queue")
+    cmd.add_argument("--state", choices=STATES, help="completed: acknowledged and kept")
+    cmd.add_argument("--priority", choices=PRIORITIES)
+    cmd.add_argument("--group", help="only this group")
+    match(cmd)
+    paging(cmd)
+    cmd = command(
+        msub, "show", messages_show, "one message: its attempts timeline, result and payload"
+    )
+    cmd.add_argument("queue")
+    cmd.add_argument("id")
+    cmd = command(
+        msub,
+        "delete",
+        messages_delete,
+        "delete a message by ID, or in bulk by --state/--priority/--group/--match (or --all)",
+    )
+    cmd.add_argument("queue")
+    cmd.add_argument("id", nargs="?")
     cmd.add_argument("--state", choices=STATES)
     cmd.add_argument("--priority", choices=PRIORITIES)
-    paging(cmd)
-    cmd = command(msub, "show", messages_show, "one live message, payload pretty-printed")
-    cmd.add_argument("queue")
-    cmd.add_argument("id")
-    cmd = command(msub, "delete", messages_delete, "delete a live message")
-    cmd.add_argument("queue")
-    cmd.add_argument("id")
+    cmd.add_argument("--group")
+    match(cmd)
+    bulk(cmd, "in bulk: at most this many (1-100000, default 1000)")
     yes(cmd)
+
+    cmd = command(
+        groups,
+        "groups",
+        groups_list,
+        "a queue's groups: the one whose head waited longest first",
+    )
+    cmd.add_argument("queue")
+    cmd.add_argument("--state", choices=GROUP_STATES)
+    paging(cmd)
 
     dead = groups.add_parser("dead-letters", help="inspect, redrive and delete dead letters")
     dsub = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
     cmd = command(dsub, "list", dead_letters_list, "list dead letters, newest first")
     cmd.add_argument("queue")
+    cmd.add_argument("--group", help="only this group")
+    match(cmd)
     paging(cmd)
     cmd = command(dsub, "show", dead_letters_show, "one dead letter")
     cmd.add_argument("queue")
     cmd.add_argument("id")
+
+    def dead_filters(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--priority", choices=PRIORITIES)
+        cmd.add_argument("--group")
+        match(cmd)
+        cmd.add_argument("--reason", help="e.g. MAX_DELIVERY_ATTEMPTS_EXHAUSTED")
+
     cmd = command(
         dsub,
         "redrive",
         dead_letters_redrive,
-        "put dead letters back on the queue: one by ID, or --all (oldest first, --limit N)",
+        "put dead letters back on the queue: one by ID, or in bulk (oldest first) by "
+        "--priority/--group/--match/--reason or --all",
     )
     cmd.add_argument("queue")
     cmd.add_argument("id", nargs="?")
-    cmd.add_argument("--all", action="store_true", help="redrive in bulk")
-    cmd.add_argument("--limit", type=int, help="with --all: at most this many (1-1000, 100)")
+    dead_filters(cmd)
+    bulk(cmd, "in bulk: at most this many (1-1000, default 100)")
     yes(cmd)
-    cmd = command(dsub, "delete", dead_letters_delete, "delete a dead letter")
+    cmd = command(
+        dsub,
+        "delete",
+        dead_letters_delete,
+        "delete a dead letter by ID, or in bulk by --priority/--group/--match/--reason or --all",
+    )
     cmd.add_argument("queue")
-    cmd.add_argument("id")
+    cmd.add_argument("id", nargs="?")
+    dead_filters(cmd)
+    bulk(cmd, "in bulk: at most this many (1-100000, default 1000)")
     yes(cmd)
 
     schedules = groups.add_parser("schedules", help="recurring messages of a queue")

@@ -1,35 +1,20 @@
-"""The console's searchable lists, a page at a time: messages (state, priority, ``group``,
-``match``), a queue's groups (state), dead letters (``group``, ``match``) — SPEC §3.6,
-§3.10, §3.11.
-
-Like ``adapters/http/pages.py`` (whose ``Listed`` these return), each parses its filters
-with the domain's rules and codes, opens the cursor bound to the list and its filters, asks
-the use case for the page and seals the next cursor. The search fields are read into a
-``SearchForm`` so a wrong one (``invalid_match``, ``invalid_group``) is shown next to its
-field instead of as an error page.
+"""The console's search fields (SPEC §3.6, §3.11): ``group`` and ``match`` read into a
+``SearchForm``, so a wrong one (``invalid_match``, ``invalid_group``) is shown next to its
+field instead of as an error page. The pages themselves come from
+``adapters/http/pages.py`` (``messages_found``, ``groups_found``, ``dead_letters_found``),
+the same functions, cursors and rules the JSON routes use.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
-from typing import Any, Final
-from uuid import UUID
+from typing import Any
 
-from retsu.adapters.http.cursors import CursorKind, Cursors
-from retsu.adapters.http.pages import Listed
-from retsu.application.browsing import BrowsingService, ListGroupsQuery, ListMessagesQuery
-from retsu.application.dead_letters import DeadLetterService, ListDeadLettersQuery
-from retsu.domain.browsing import BrowseState, MessagePosition, StoredMessage
+from retsu.adapters.http.pages import match_digest
+from retsu.domain.browsing import BrowseState
 from retsu.domain.errors import InvalidInput
-from retsu.domain.groups import GroupPosition, GroupState, GroupSummary
-from retsu.domain.message import DeadLetter, Priority, validate_group
-from retsu.domain.pagination import DeadLetterPosition
-from retsu.domain.search import EVERYTHING, Search, parse_match
-
-# The groups list's cursor kind (the salt of its signature; CursorKind has none yet).
-GROUPS_CURSOR: Final = "g"
+from retsu.domain.message import Priority, validate_group
+from retsu.domain.search import Search, parse_match
 
 
 @dataclass(slots=True)
@@ -84,90 +69,9 @@ class SearchForm:
         return [self.group, match_digest(self.match)]
 
 
-def match_digest(match: dict[str, Any] | None) -> str | None:
-    if match is None:
-        return None
-    canonical = json.dumps(match, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
-
-
 def parse_state(text: str | None) -> BrowseState | None:
     return BrowseState.parse(text) if text else None
 
 
 def parse_priority(text: str | None) -> Priority | None:
     return Priority.parse(text) if text else None
-
-
-async def messages_list(
-    browsing: BrowsingService,
-    cursors: Cursors,
-    queue_id: UUID,
-    *,
-    state: BrowseState | None,
-    priority: Priority | None,
-    search: SearchForm,
-    limit: int,
-    cursor: str | None,
-) -> Listed[StoredMessage]:
-    query = ListMessagesQuery(
-        queue_id=queue_id,
-        state=state,
-        priority=priority,
-        limit=limit,
-        group=search.group,
-        match=search.match,
-    )
-    scope = [
-        str(queue_id),
-        None if state is None else state.value,
-        None if priority is None else priority.name,
-        *search.scope(),
-    ]
-    after = await cursors.open(
-        CursorKind.MESSAGES, scope, cursor, lambda values: MessagePosition.read(state, values)
-    )
-    found = await browsing.list(query, after)
-    next_cursor = await cursors.seal(
-        CursorKind.MESSAGES, scope, None if found.next is None else found.next.seal(state)
-    )
-    return Listed(found.items, next_cursor)
-
-
-async def groups_list(
-    browsing: BrowsingService,
-    cursors: Cursors,
-    queue_id: UUID,
-    *,
-    state: GroupState | None,
-    limit: int,
-    cursor: str | None,
-) -> Listed[GroupSummary]:
-    query = ListGroupsQuery(queue_id=queue_id, state=state, limit=limit)
-    scope = [str(queue_id), None if state is None else state.value]
-    after = await cursors.open(GROUPS_CURSOR, scope, cursor, GroupPosition.read)
-    found = await browsing.groups(query, after)
-    next_cursor = await cursors.seal(
-        GROUPS_CURSOR, scope, None if found.next is None else found.next.seal()
-    )
-    return Listed(found.items, next_cursor)
-
-
-async def dead_letters_list(
-    dead_letters: DeadLetterService,
-    cursors: Cursors,
-    queue_id: UUID,
-    *,
-    search: SearchForm | None,
-    limit: int,
-    cursor: str | None,
-) -> Listed[DeadLetter]:
-    wanted = EVERYTHING if search is None else search.search()
-    query = ListDeadLettersQuery(queue_id=queue_id, limit=limit, search=wanted)
-    scope = [str(queue_id), *(search.scope() if search is not None else [None, None])]
-    after = await cursors.open(CursorKind.DEAD_LETTERS, scope, cursor, DeadLetterPosition.read)
-    found = await dead_letters.list(query, after)
-    next_cursor = await cursors.seal(
-        CursorKind.DEAD_LETTERS, scope, None if found.next is None else found.next.seal()
-    )
-    return Listed(found.items, next_cursor)

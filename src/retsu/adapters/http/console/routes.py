@@ -39,9 +39,6 @@ from retsu.adapters.http.console.gate import (
 from retsu.adapters.http.console.lifecycle import ROUTES as LIFECYCLE_ROUTES
 from retsu.adapters.http.console.lists import (
     SearchForm,
-    dead_letters_list,
-    groups_list,
-    messages_list,
     parse_priority,
     parse_state,
 )
@@ -60,6 +57,9 @@ from retsu.adapters.http.dependencies import (
 from retsu.adapters.http.pages import (
     audit_log_page,
     consumers_page,
+    dead_letters_found,
+    groups_found,
+    messages_found,
     queues_page,
 )
 from retsu.application.activity import ActivityService, QueueHistoryQuery, QueueSummary
@@ -434,15 +434,14 @@ async def messages(
     }
     items, next_cursor = [], None
     if search.valid:
-        listed = await messages_list(
+        listed = await messages_found(
             browsing,
             cursors,
             queue_id,
-            state=state,
-            priority=wanted_priority,
-            search=search,
-            limit=PAGE_SIZE,
-            cursor=cursor or None,
+            state,
+            search.search(wanted_priority),
+            PAGE_SIZE,
+            cursor or None,
         )
         items, next_cursor = listed.items, listed.next_cursor
     base = _queue_path(queue_id, "/messages")
@@ -567,9 +566,7 @@ async def groups(
 ) -> Template:
     found = await queues.get(queue_id)
     state = GroupState.parse(group_state) if group_state else None
-    listed = await groups_list(
-        browsing, cursors, queue_id, state=state, limit=PAGE_SIZE, cursor=cursor or None
-    )
+    listed = await groups_found(browsing, cursors, queue_id, state, PAGE_SIZE, cursor or None)
     limit = found.queue.settings.max_delivery_attempts
     return page(
         ctx,
@@ -608,13 +605,13 @@ async def dead_letters_page(
     search = SearchForm.read(group, match)
     records, next_cursor = [], None
     if search.valid:
-        listed = await dead_letters_list(
+        listed = await dead_letters_found(
             dead_letters,
             cursors,
             queue_id,
-            search=search,
-            limit=PAGE_SIZE,
-            cursor=cursor or None,
+            search.search(),
+            PAGE_SIZE,
+            cursor or None,
         )
         records, next_cursor = listed.items, listed.next_cursor
     base = _queue_path(queue_id, "/dead-letters")

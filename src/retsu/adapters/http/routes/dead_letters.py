@@ -1,4 +1,6 @@
-"""Dead-letter routes: browse (newest first), read one, redrive one or a batch, delete."""
+"""Dead-letter routes: browse (newest first, searched by group, payload and reason), read
+one, redrive one or those a filter selects, delete one or those a filter selects (SPEC §3.4,
+§3.11)."""
 
 from __future__ import annotations
 
@@ -13,27 +15,48 @@ from retsu.adapters.http.dependencies import Cursors, DeadLetters
 from retsu.adapters.http.dto import (
     DeadLetterOut,
     DeadLettersOut,
+    DeleteDeadLettersBody,
+    DeletedOut,
     IdOut,
+    MatchedOut,
     RedriveBody,
     RedrivenOut,
     dead_letter_out,
+    deleted_out,
+    redriven_out,
 )
 from retsu.adapters.http.pages import dead_letters_page
-from retsu.adapters.http.params import DEFAULT_LIMIT, QUEUE, Cursor, Limit, MessageId, QueueId
+from retsu.adapters.http.params import (
+    DEFAULT_LIMIT,
+    QUEUE,
+    Cursor,
+    GroupFilter,
+    Limit,
+    MatchFilter,
+    MessageId,
+    QueueId,
+    ReasonFilter,
+)
 from retsu.application.dead_letters import (
     DeadLetterCommand,
+    DeleteDeadLettersCommand,
     RedriveDeadLettersCommand,
 )
 from retsu.domain.errors import DeadLetterNotFound
 from retsu.domain.message import DEFAULT_REDRIVE_LIMIT, REDRIVE_LIMIT
+from retsu.domain.search import BULK_LIMIT, DEFAULT_BULK_LIMIT
 
 DEAD_LETTERS = QUEUE + "/dead-letters"
 ONE = DEAD_LETTERS + "/{message_id:str}"
+_FILTER_CODES = ("invalid_priority", "invalid_group", "invalid_match", "invalid_reason")
 
 
 @get(
     DEAD_LETTERS,
     summary="List dead letters",
+    description="`group`, `match` and `reason` search (SPEC §3.11). A search examines a "
+    "bounded number of records per page: a page may end short of `limit` with a "
+    "`next_cursor` to go on.",
     response_description="One page of dead letters, newest first.",
     scopes=OPERATOR_READ,
 )
@@ -43,8 +66,20 @@ async def list_dead_letters_page(
     cursors: Cursors,
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
+    group: GroupFilter = None,
+    match: MatchFilter = None,
+    reason: ReasonFilter = None,
 ) -> DeadLettersOut:
-    page = await dead_letters_page(dead_letters, cursors, queue_id, limit=limit, cursor=cursor)
+    page = await dead_letters_page(
+        dead_letters,
+        cursors,
+        queue_id,
+        limit=limit,
+        cursor=cursor,
+        group=group,
+        match=match,
+        reason=reason,
+    )
     return DeadLettersOut(
         items=[dead_letter_out(d) for d in page.items], next_cursor=page.next_cursor
     )
@@ -82,9 +117,13 @@ async def redrive_one(
     DEAD_LETTERS + "/redrive",
     status_code=200,
     summary="Redrive dead letters in bulk",
-    description="Oldest first. The body is optional. Writes `dead_letter.redriven`.",
-    response_description="How many were redriven.",
-    errors=(REDRIVE_LIMIT,),
+    description="Up to `limit` records the filter selects (every given field must hold), "
+    "oldest first, each back onto the queue as a fresh message. The body is optional. "
+    "`dry_run`: only count them. A real run writes one audit entry `dead_letter.redriven` "
+    "with the filter and the count.",
+    response_description='`{"matched": n}` for a dry run (what a real run would take now), '
+    'else `{"redriven": n}`.',
+    errors=(*_FILTER_CODES, REDRIVE_LIMIT),
     scopes=ADMIN_ONLY,
 )
 async def redrive_many(
@@ -92,12 +131,49 @@ async def redrive_many(
     dead_letters: DeadLetters,
     request: Request[Any, Any, Any],
     data: JSONBody[RedriveBody | None] = None,
-) -> RedrivenOut:
-    limit = DEFAULT_REDRIVE_LIMIT if data is None or data.limit is None else data.limit
-    redriven = await dead_letters.redrive_many(
-        RedriveDeadLettersCommand(queue_id=queue_id, limit=limit, caller=caller_of(request))
+) -> MatchedOut | RedrivenOut:
+    body = data or RedriveBody()
+    outcome = await dead_letters.redrive_many(
+        RedriveDeadLettersCommand(
+            queue_id=queue_id,
+            search=body.search(body.reason),
+            limit=DEFAULT_REDRIVE_LIMIT if body.limit is None else body.limit,
+            dry_run=body.dry,
+            caller=caller_of(request),
+        )
     )
-    return RedrivenOut(redriven=redriven.count)
+    return redriven_out(outcome)
+
+
+@post(
+    DEAD_LETTERS + "/delete",
+    status_code=200,
+    summary="Delete dead letters by filter",
+    description="Removes up to `limit` records the filter selects (every given field must "
+    "hold), oldest first, in bounded batches. `dry_run`: only count them. A real run writes "
+    "one audit entry `dead_letter.deleted` with the filter and the count.",
+    response_description='`{"matched": n}` for a dry run (what a real run would take now), '
+    'else `{"deleted": n}`.',
+    errors=(*_FILTER_CODES, BULK_LIMIT),
+    scopes=ADMIN_ONLY,
+)
+async def delete_many(
+    queue_id: QueueId,
+    dead_letters: DeadLetters,
+    request: Request[Any, Any, Any],
+    data: JSONBody[DeleteDeadLettersBody | None] = None,
+) -> MatchedOut | DeletedOut:
+    body = data or DeleteDeadLettersBody()
+    outcome = await dead_letters.delete_many(
+        DeleteDeadLettersCommand(
+            queue_id=queue_id,
+            search=body.search(body.reason),
+            limit=DEFAULT_BULK_LIMIT if body.limit is None else body.limit,
+            dry_run=body.dry,
+            caller=caller_of(request),
+        )
+    )
+    return deleted_out(outcome)
 
 
 @delete(
@@ -123,5 +199,6 @@ ROUTES = [
     get_one_dead_letter,
     redrive_one,
     redrive_many,
+    delete_many,
     remove_dead_letter,
 ]

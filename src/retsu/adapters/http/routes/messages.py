@@ -203,7 +203,10 @@ async def dequeue_messages(
     MESSAGES + "/{message_id:str}/acknowledge",
     status_code=204,
     summary="Acknowledge a message",
+    description="`result` is kept with the message when its queue keeps completed messages "
+    "(`completed_retention_seconds` > 0; SPEC §3.11), else dropped.",
     response_description="Done — also when already removed, stale or timed out (idempotent).",
+    errors=("invalid_result",),
     scopes=CONSUMER,
 )
 async def acknowledge_message(
@@ -213,7 +216,10 @@ async def acknowledge_message(
     messages: Messages,
 ) -> None:
     await messages.acknowledge(
-        AcknowledgeCommand(queue_id=queue_id, receipts=(Receipt(message_id, data.receipt_handle),))
+        AcknowledgeCommand(
+            queue_id=queue_id,
+            receipts=(Receipt(message_id, data.receipt_handle, data.result),),
+        )
     )
 
 
@@ -242,8 +248,10 @@ async def acknowledge_messages(
     MESSAGES + "/{message_id:str}/visibility",
     status_code=204,
     summary="Change a delivery's visibility timeout",
+    description="`error` says why the consumer gives the message back; it is recorded on the "
+    "current attempt (SPEC §3.11).",
     response_description="The lease now ends that many seconds from now (0 = release now).",
-    errors=(VISIBILITY_CHANGE, StaleReceiptHandle),
+    errors=(VISIBILITY_CHANGE, "invalid_error", StaleReceiptHandle),
     scopes=CONSUMER,
 )
 async def change_message_visibility(
@@ -257,6 +265,7 @@ async def change_message_visibility(
             queue_id=queue_id,
             receipt=Receipt(message_id, data.receipt_handle),
             visibility_timeout_seconds=data.visibility_timeout_seconds,
+            error=data.error,
         )
     )
 
