@@ -490,6 +490,9 @@ async def test_a_killed_listen_session_reconnects_and_wakes_its_waiters(
     queue_id = uuid7()
     try:
         with listener.watch(queue_id) as waiting:
+            # A first wait registers the queue (queue_waiter), then is woken to claim once
+            # more (adapters/postgres/notifications.py).
+            assert await waiting.wait(5) is True
             wait = asyncio.create_task(waiting.wait(30))
             await asyncio.sleep(0.05)
             assert await kill_sessions(database, application_name) == 1
@@ -522,6 +525,9 @@ async def test_the_listen_connection_rides_out_a_restart_with_backoff(database: 
         assert listener.listening
         attempts = proxy.connections
         with listener.watch(queue_id) as waiting:
+            # A first wait registers the queue (queue_waiter), then is woken to claim once
+            # more (adapters/postgres/notifications.py).
+            assert await waiting.wait(5) is True
             wait = asyncio.create_task(waiting.wait(30))
             proxy.down()
             await wait_for(lambda: not listener.listening, 5, "the loss noticed")

@@ -424,7 +424,9 @@ async def test_an_idle_waiter_costs_the_database_about_one_query_a_second(
         f"({statements / wait_seconds:.2f}/s), {claims:.0f} of them claims"
     )
     assert statements / wait_seconds <= 1.5
-    assert claims <= wait_seconds + 1
+    # One claim a second, the first one, and one more once the process has registered the
+    # queue in queue_waiter (its first wait: adapters/postgres/notifications.py).
+    assert claims <= wait_seconds + 2
 
 
 async def test_a_lost_listen_connection_falls_back_to_rechecks_then_reconnects(

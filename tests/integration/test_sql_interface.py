@@ -16,6 +16,8 @@ except the long-poll tests, which watch a real wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -39,6 +41,8 @@ from tests.support.timeshift import shift
 
 pytestmark = pytest.mark.integration
 
+# Migration 0013: a queue_waiter row counts for this long.
+WAITER_FRESH_SECONDS = 30
 # The migration freezes the rules it checks; they must be the domain's.
 MIGRATION_RULES = {
     "KEY_RETENTION_SECONDS": IDEMPOTENCY_KEY_RETENTION_SECONDS,
@@ -401,6 +405,7 @@ async def test_the_migration_checks_the_domains_rules() -> None:
     migration = _migration("0012")
     for name, value in MIGRATION_RULES.items():
         assert getattr(migration, name) == value, name
+    assert _migration("0013").WAITER_FRESH_SECONDS == WAITER_FRESH_SECONDS
 
 
 async def test_an_enqueue_stores_one_deliverable_message_under_a_new_uuid7(
@@ -863,7 +868,11 @@ async def test_acknowledge_leaves_the_callers_synchronous_commit_alone(
         assert await app.fetchval("SHOW synchronous_commit") == "remote_write"
 
 
-# -- notifications: at commit, never for a rollback ---------------------------------------------
+# -- notifications: at commit, never for a rollback, only when someone waits -----------------
+#
+# The functions notify a queue only while an API process has registered a waiting long poll
+# on it (``queue_waiter``, migration 0013). A raw LISTEN connection is no API process: the
+# tests that listen themselves register a row as an API process would (``waiter``).
 
 
 class Listener:
@@ -889,10 +898,33 @@ async def listener(owner: asyncpg.Connection) -> AsyncIterator[Listener]:
     await owner.remove_listener("retsu_messages", listener)
 
 
+async def waiter(
+    owner: asyncpg.Connection, queue: Q, process: str = "test-listener", age: float = 0
+) -> None:
+    """A ``queue_waiter`` row as an API process with a poll waiting on ``queue`` writes it
+    (``age`` seconds old)."""
+    await owner.execute(
+        "INSERT INTO queue_waiter (queue_id, process, seen_at) "
+        "VALUES ($1, $2, now() - make_interval(secs => $3)) "
+        "ON CONFLICT (queue_id, process) DO UPDATE SET seen_at = excluded.seen_at",
+        uuid.UUID(queue.id),
+        process,
+        age,
+    )
+
+
+async def waiters(owner: asyncpg.Connection, queue: Q) -> list[asyncpg.Record]:
+    return await owner.fetch(
+        "SELECT process, seen_at FROM queue_waiter WHERE queue_id = $1 ORDER BY process",
+        uuid.UUID(queue.id),
+    )
+
+
 async def test_the_api_listeners_hear_an_enqueue_at_commit_and_never_for_a_rollback(
-    http: httpx.AsyncClient, app: asyncpg.Connection, listener: Listener
+    http: httpx.AsyncClient, app: asyncpg.Connection, owner: asyncpg.Connection, listener: Listener
 ) -> None:
     queue = await new_queue(http)
+    await waiter(owner, queue)
     expected = f"{queue.id}:messages"
     transaction = app.transaction()
     await transaction.start()
@@ -917,9 +949,10 @@ async def test_the_api_listeners_hear_an_enqueue_at_commit_and_never_for_a_rollb
 
 
 async def test_an_acknowledge_that_frees_a_lane_announces_it_at_commit(
-    http: httpx.AsyncClient, app: asyncpg.Connection, listener: Listener
+    http: httpx.AsyncClient, app: asyncpg.Connection, owner: asyncpg.Connection, listener: Listener
 ) -> None:
     queue = await new_queue(http)
+    await waiter(owner, queue)
     sql = SqlDriver(app)
     await sql.enqueue(queue.id, "plain")
     await sql.enqueue(queue.id, "head", group="g")
@@ -984,6 +1017,162 @@ async def test_a_long_poll_is_not_woken_by_a_rollback(
     await transaction.rollback()
     response, _ = await poll
     assert response.status_code == 204
+
+
+async def test_without_a_fresh_waiter_nothing_is_notified(
+    http: httpx.AsyncClient, app: asyncpg.Connection, owner: asyncpg.Connection, listener: Listener
+) -> None:
+    queue, other = await new_queue(http), await new_queue(http)
+    sql = SqlDriver(app)
+    await sql.enqueue(queue.id, "nobody waits")
+    await sql.enqueue(queue.id, "head", group="g")
+    await sql.enqueue(queue.id, "next", group="g")
+    assert await listener.next(0.5) is None
+    # A waiter of another queue, or a row older than migration 0013's window (a crashed
+    # process's, say), does not count.
+    await waiter(owner, other)
+    await waiter(owner, queue, "crashed", age=WAITER_FRESH_SECONDS + 1)
+    await sql.enqueue(queue.id, "still nobody")
+    assert await listener.next(0.5) is None
+    delivered = {m["payload"]: m for m in await dequeue(http, queue)}
+    while await listener.next(0.3) is not None:  # the API's own announcements, if any
+        pass
+    head = delivered["head"]
+    assert await sql.acknowledge(queue.id, head["id"], head["receipt_handle"])  # frees "next"
+    assert await listener.next(0.5) is None
+    # A fresh one does.
+    await waiter(owner, queue)
+    await sql.enqueue(queue.id, "someone waits")
+    assert await listener.next(5) == f"{queue.id}:messages"
+    fresh = {m["payload"]: m for m in await dequeue(http, queue)}["next"]
+    while await listener.next(0.3) is not None:
+        pass
+    await sql.enqueue(queue.id, "after next", group="g")
+    assert await listener.next(5) == f"{queue.id}:messages"
+    assert await sql.acknowledge(queue.id, fresh["id"], fresh["receipt_handle"])
+    assert await listener.next(5) == f"{queue.id}:messages"
+
+
+async def test_the_migration_counts_a_row_for_longer_than_three_refreshes() -> None:
+    from retsu.adapters.postgres import notifications
+
+    assert 3 * notifications.WAITER_REFRESH_SECONDS <= WAITER_FRESH_SECONDS
+    assert notifications.WAITER_FORGET_SECONDS > WAITER_FRESH_SECONDS
+
+
+async def _registered(owner: asyncpg.Connection, queue: Q, within: float) -> list[asyncpg.Record]:
+    deadline = time.monotonic() + within
+    while True:
+        rows = await waiters(owner, queue)
+        if rows or time.monotonic() > deadline:
+            return rows
+        await asyncio.sleep(0.02)
+
+
+async def _deregistered(owner: asyncpg.Connection, queue: Q, within: float) -> float:
+    started = time.monotonic()
+    while await waiters(owner, queue):
+        assert time.monotonic() - started < within, "the row outlived its linger"
+        await asyncio.sleep(0.1)
+    return time.monotonic() - started
+
+
+async def test_the_api_registers_a_waiting_poll_and_deletes_the_row_after(
+    http: httpx.AsyncClient, app: asyncpg.Connection, owner: asyncpg.Connection
+) -> None:
+    from retsu.adapters.postgres.notifications import WAITER_LINGER_SECONDS
+
+    # A poll a claim answers at once never waits, so it registers nothing.
+    busy = await new_queue(http)
+    await SqlDriver(app).enqueue(busy.id, "there already")
+    response, _ = await _long_poll(http, busy, 5)
+    assert response.status_code == 200
+    await asyncio.sleep(0.3)
+    assert await waiters(owner, busy) == []
+    # A poll that waits registers its queue while it waits (one row: the API's process)…
+    queue = await new_queue(http)
+    poll = asyncio.create_task(_long_poll(http, queue, 2))
+    rows = await _registered(owner, queue, within=1)
+    assert len(rows) == 1 and not poll.done()
+    # … a second poll on the queue changes nothing…
+    second = asyncio.create_task(_long_poll(http, queue, 1))
+    await asyncio.sleep(0.3)
+    # (its seen_at may move: every write of the process refreshes all its rows)
+    assert [row["process"] for row in await waiters(owner, queue)] == [rows[0]["process"]]
+    assert (await second)[0].status_code == 204
+    assert (await poll)[0].status_code == 204
+    # … and the row goes a few seconds after the last one ended.
+    ended = time.monotonic()
+    await _deregistered(owner, queue, within=WAITER_LINGER_SECONDS + 3)
+    assert time.monotonic() - ended >= WAITER_LINGER_SECONDS - 0.5
+
+
+async def test_a_crashed_apis_rows_age_out(
+    setup: Setup,
+    http: httpx.AsyncClient,
+    app: asyncpg.Connection,
+    owner: asyncpg.Connection,
+    listener: Listener,
+    tmp_path: Path,
+) -> None:
+    from retsu.adapters.postgres.notifications import WAITER_FORGET_SECONDS
+
+    port = free_port()
+    crashing = RetsuProcess(
+        ["api"], retsu_env(setup.url, http__port=str(port)), tmp_path / "crashing.log"
+    )
+    base = f"http://127.0.0.1:{port}"
+    queue = await new_queue(http)
+    try:
+        crashing.wait_until_ready(f"{base}/health/ready")
+        async with httpx.AsyncClient(base_url=base, timeout=30) as doomed:
+            poll = asyncio.create_task(_long_poll(doomed, queue, 15))
+            assert len(await _registered(owner, queue, within=2)) == 1
+            crashing.signal(signal.SIGKILL)
+            with contextlib.suppress(httpx.HTTPError):
+                await poll
+    finally:
+        crashing.stop()
+    assert len(await waiters(owner, queue)) == 1  # left behind
+    # While fresh, the row costs a notification nobody hears…
+    await app.fetchval("SELECT retsu.enqueue($1, 'a')", queue.id)
+    assert await listener.next(5) == f"{queue.id}:messages"
+    # … then it stops counting…
+    await owner.execute(
+        "UPDATE queue_waiter SET seen_at = seen_at - make_interval(secs => $2) WHERE queue_id = $1",
+        uuid.UUID(queue.id),
+        WAITER_FRESH_SECONDS + 1,
+    )
+    await app.fetchval("SELECT retsu.enqueue($1, 'b')", queue.id)
+    assert await listener.next(0.5) is None
+    # … and, long dead, is deleted by the next write of a live API process.
+    await owner.execute(
+        "UPDATE queue_waiter SET seen_at = now() - make_interval(secs => $2) WHERE queue_id = $1",
+        uuid.UUID(queue.id),
+        WAITER_FORGET_SECONDS + 1,
+    )
+    elsewhere = await new_queue(http)
+    poll = asyncio.create_task(_long_poll(http, elsewhere, 1))
+    assert len(await _registered(owner, elsewhere, within=1)) == 1
+    await _deregistered(owner, queue, within=1)
+    await poll
+
+
+async def test_a_long_poll_of_a_real_api_wakes_within_half_a_second_of_an_enqueue(
+    http: httpx.AsyncClient, app: asyncpg.Connection
+) -> None:
+    latencies = []
+    for _ in range(5):
+        queue = await new_queue(http)
+        poll = asyncio.create_task(_long_poll(http, queue, 15))
+        await asyncio.sleep(0.5)  # the poll is waiting
+        committed = time.monotonic()
+        message_id = await app.fetchval("SELECT retsu.enqueue($1, 'wake up')", queue.id)
+        response, answered = await poll
+        assert response.status_code == 200, response.text
+        assert response.json()["id"] == str(message_id)
+        latencies.append(answered - committed)
+    assert max(latencies) < 0.5, latencies
 
 
 # == SECURITY DEFINER: what a producer can and cannot reach ====================================

@@ -5,6 +5,11 @@ the watches of the long polls currently waiting on that queue. A signal marks ea
 them (no I/O, no per-waiter database work); a marked watch's next wait returns at once,
 so a signal that arrives while the poll is busy claiming is never lost.
 
+A watch that actually waits (its poll found nothing; most polls are answered by their
+first claim and never do) is reported to the hub once, and again when it ends
+(``_waiting_started`` / ``_waiting_ended``): no-ops here, where the PostgreSQL signals
+keep the database's ``queue_waiter`` rows (migration 0013) from them.
+
 It implements MessageSignals on its own (one process, nothing to tell anyone else), and
 is the core of the PostgreSQL adapter's signals, where LISTEN feeds it and this
 process's announcements also go out as NOTIFY to the other API processes. It lives at
@@ -28,6 +33,7 @@ class InProcessWatch:
         "_queue_changed_seen",
         "_queue_id",
         "_signalled",
+        "_waited",
         "_waiter",
     )
 
@@ -37,6 +43,7 @@ class InProcessWatch:
         self._signalled = False
         self._queue_changed = False
         self._queue_changed_seen = False
+        self._waited = False  # reported to the hub as waiting (once, until it ends)
         self._waiter: asyncio.Future[None] | None = None
 
     @property
@@ -64,6 +71,9 @@ class InProcessWatch:
 
     async def wait(self, seconds: float) -> bool:
         if not self._signalled and not self._hub.closed and seconds > 0:
+            if not self._waited:
+                self._waited = True
+                self._hub._waiting_started(self._queue_id)
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._hub._sleep_until(self._waiter, seconds)
@@ -138,6 +148,15 @@ class InProcessMessageSignals:
             watches.discard(watch)
             if not watches:
                 del self._watches[watch.queue_id]
+        if watch._waited:
+            watch._waited = False
+            self._waiting_ended(watch.queue_id)
+
+    def _waiting_started(self, queue_id: UUID) -> None:
+        """A long poll on ``queue_id`` is about to wait for the first time."""
+
+    def _waiting_ended(self, queue_id: UUID) -> None:
+        """A long poll on ``queue_id`` that had waited has ended."""
 
     async def _sleep_until(self, woken: asyncio.Future[None], seconds: float) -> None:
         """Return when ``woken`` completes or after ``seconds``."""

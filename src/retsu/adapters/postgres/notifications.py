@@ -19,6 +19,25 @@ Who notifies:
   come back to us; they are skipped.
 * migration 0004's trigger, for queue changes (paused changed, queue deleted), made by
   any process.
+* ``retsu.enqueue`` / ``retsu.acknowledge`` (the SQL interface, migrations 0012-0013),
+  inside their caller's transaction, delivered at its commit — but only for a queue with
+  a fresh ``queue_waiter`` row, because such a NOTIFY puts the caller's commit behind the
+  notify lock.
+
+Registering waiting polls (``queue_waiter``, migration 0013). This connection also keeps
+the process's rows there, from ``WaiterRegistry``: a queue is registered when its first
+long poll starts to wait (not for polls a claim answers at once), its ``seen_at``
+refreshed every ``WAITER_REFRESH_SECONDS`` while any waits, and deleted
+``WAITER_LINGER_SECONDS`` after the last one ended (a consumer loop that waits now and
+then keeps its row instead of churning it). Each change is one statement of its own
+(upserts, deletes, and other processes' long-dead rows, batched), never a write per
+dequeue. After a queue's row is committed its waiters are signalled, so they claim once
+more: an SQL enqueue that checked before the row existed either committed before that
+claim (found by it) or is found at the waiter's next re-check (≤ 1 s) — the one window
+the rows leave, see migration 0013. The rows say "this process listens", so they are
+written before LISTEN is announced ready after a reconnect, and deleted on a clean stop;
+a crashed process's rows stop counting after migration 0013's 30 s and only cost
+notifications nobody hears until then.
 
 Correctness never depends on this connection: waiters re-check at least once a
 second. If it drops (the session was killed, the database restarted), the adapter
@@ -36,6 +55,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import socket
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -68,6 +91,139 @@ NOTIFY_SQL = (
 )
 
 
+# queue_waiter (migration 0013): a registered queue's row is refreshed this often while
+# polls wait on it (migration 0013 counts a row for WAITER_FRESH_SECONDS = 30: three
+# refreshes), and deleted this long after its last waiter ended.
+WAITER_REFRESH_SECONDS = 10.0
+WAITER_LINGER_SECONDS = 5.0
+# Other processes' rows this old are deleted by whichever process writes next (a crashed
+# process's: they stopped counting long before).
+WAITER_FORGET_SECONDS = 120
+# One statement: this process's rows upserted (queues that still exist: a queue deleted
+# meanwhile cascades its rows) and deleted, and long-dead rows of others taken (SKIP
+# LOCKED: processes cleaning at once never wait on each other). Own rows are left out of
+# the last part, so no row is changed twice. synchronous_commit off: the table is
+# unlogged, nothing to wait for. Queue ids go as text[]: a uuid[] parameter costs three
+# type-introspection queries on the connection's first use (measured).
+WAITERS_SQL = """
+WITH kept AS (
+    INSERT INTO queue_waiter AS w (queue_id, process, seen_at)
+    SELECT q.id, $1, now() FROM queue AS q WHERE q.id = ANY($2::text[]::uuid[])
+    ON CONFLICT (queue_id, process) DO UPDATE SET seen_at = excluded.seen_at
+    RETURNING 1
+), dropped AS (
+    DELETE FROM queue_waiter AS w WHERE w.process = $1 AND w.queue_id = ANY($3::text[]::uuid[])
+    RETURNING 1
+), forgotten AS (
+    DELETE FROM queue_waiter AS w
+    WHERE (w.queue_id, w.process) IN (
+        SELECT o.queue_id, o.process FROM queue_waiter AS o
+        WHERE o.process <> $1 AND o.seen_at < now() - make_interval(secs => $4)
+        FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT set_config('synchronous_commit', 'off', true),
+       (SELECT count(*) FROM kept) AS kept, (SELECT count(*) FROM dropped) AS dropped,
+       (SELECT count(*) FROM forgotten) AS forgotten
+"""
+
+
+def process_name() -> str:
+    """This API process in ``queue_waiter``: host, pid and a random part (a pid is reused,
+    in containers at once)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class WaiterSync:
+    """What one statement tells ``queue_waiter``."""
+
+    keep: list[UUID]  # upserted: queues with waiting polls, or lingering after them
+    drop: list[UUID]  # deleted: no waiter for WAITER_LINGER_SECONDS (or shutting down)
+    new: list[UUID]  # of ``keep``, not registered before: their waiters claim again after
+
+
+class WaiterRegistry:
+    """Which queues this process has waiting long polls on, and when ``queue_waiter`` must
+    hear of it. Pure bookkeeping on a monotonic clock given by the caller (no I/O)."""
+
+    def __init__(
+        self,
+        *,
+        refresh_seconds: float = WAITER_REFRESH_SECONDS,
+        linger_seconds: float = WAITER_LINGER_SECONDS,
+    ) -> None:
+        self.refresh_seconds = refresh_seconds
+        self._linger = linger_seconds
+        self._waiting: dict[UUID, int] = {}  # queue → polls waiting on it now
+        self._idle_since: dict[UUID, float] = {}  # rows kept after their last waiter
+        self._registered: set[UUID] = set()  # written in the last statement
+        self._synced_at: float | None = None
+
+    def started(self, queue_id: UUID, now: float) -> bool:
+        """A poll started waiting; True when a row must be written now."""
+        self._waiting[queue_id] = self._waiting.get(queue_id, 0) + 1
+        self._idle_since.pop(queue_id, None)
+        return queue_id not in self._registered
+
+    def ended(self, queue_id: UUID, now: float) -> bool:
+        """A poll that had waited ended; True when that left its queue without waiters
+        (its row is to be deleted after the linger)."""
+        left = self._waiting.get(queue_id, 0) - 1
+        if left > 0:
+            self._waiting[queue_id] = left
+            return False
+        self._waiting.pop(queue_id, None)
+        self._idle_since[queue_id] = now
+        return True
+
+    @property
+    def has_rows(self) -> bool:
+        """Whether rows of this process may exist (written, or lingering)."""
+        return bool(self._registered or self._idle_since)
+
+    @property
+    def registered(self) -> frozenset[UUID]:
+        """The queues whose rows the last statement wrote (and no later one deleted)."""
+        return frozenset(self._registered)
+
+    def due(self, now: float, *, closing: bool = False) -> float | None:
+        """Seconds until a statement is due (0: now); None while there is nothing to keep
+        or delete."""
+        if closing:
+            return 0.0 if self.has_rows else None
+        if any(queue_id not in self._registered for queue_id in self._waiting):
+            return 0.0
+        moments = [since + self._linger for since in self._idle_since.values()]
+        if self._waiting or self._idle_since:
+            moments.append(
+                now if self._synced_at is None else self._synced_at + self.refresh_seconds
+            )
+        return max(0.0, min(moments) - now) if moments else None
+
+    def plan(self, now: float, *, closing: bool = False) -> WaiterSync:
+        if closing:
+            drop = set(self._registered) | set(self._idle_since)
+            return WaiterSync(keep=[], drop=sorted(drop), new=[])
+        drop = {q for q, since in self._idle_since.items() if now - since >= self._linger}
+        keep = {*self._waiting, *(q for q in self._idle_since if q not in drop)}
+        new = [q for q in self._waiting if q not in self._registered]
+        return WaiterSync(keep=sorted(keep), drop=sorted(drop), new=new)
+
+    def synced(self, sync: WaiterSync, now: float) -> None:
+        """The statement of ``sync`` ran (or failed for good: it is tried again at the next
+        refresh rather than at once, so a refusing server is not hammered)."""
+        for queue_id in sync.drop:
+            self._idle_since.pop(queue_id, None)
+        self._registered = set(sync.keep)
+        self._synced_at = now
+
+    def forget(self) -> None:
+        """The connection was lost: everything is written again on the next one."""
+        self._registered = set()
+        self._synced_at = None
+
+
 class PostgresMessageSignals(InProcessMessageSignals):
     """Implements MessageSignals for the API role; ``start()``/``stop()`` with the app."""
 
@@ -81,6 +237,8 @@ class PostgresMessageSignals(InProcessMessageSignals):
         reconnect_max_seconds: float = 5.0,
         probe_interval_seconds: float = 30.0,
         notify_interval_seconds: float = NOTIFY_INTERVAL_SECONDS,
+        waiter_refresh_seconds: float = WAITER_REFRESH_SECONDS,
+        waiter_linger_seconds: float = WAITER_LINGER_SECONDS,
     ) -> None:
         super().__init__()
         # Every host of the URL (several: the primary is whichever accepts the session).
@@ -98,6 +256,12 @@ class PostgresMessageSignals(InProcessMessageSignals):
         # Queue id → whether the queue itself changed, announced since the last NOTIFY.
         self._announced: dict[UUID, bool] = {}
         self._own_pid: int | None = None
+        # The queues with waiting polls, for queue_waiter; this process's name there.
+        self._waiters = WaiterRegistry(
+            refresh_seconds=waiter_refresh_seconds, linger_seconds=waiter_linger_seconds
+        )
+        self.process = process_name()
+        self._rows_deleted = asyncio.Event()  # on a clean stop
         # How many times the connection was (re)established; for tests and logs.
         self.connections = 0
 
@@ -111,6 +275,23 @@ class PostgresMessageSignals(InProcessMessageSignals):
         if self._task is not None:  # not started (a worker role): nobody to tell
             self._announced[queue_id] = self._announced.get(queue_id, False) or queue_changed
             self._attention.set()
+
+    @property
+    def registered(self) -> frozenset[UUID]:
+        """The queues this process's ``queue_waiter`` rows name (as last written)."""
+        return self._waiters.registered
+
+    def _waiting_started(self, queue_id: UUID) -> None:
+        if self._waiters.started(queue_id, self._now()) and self._task is not None:
+            self._attention.set()  # a row to write now
+
+    def _waiting_ended(self, queue_id: UUID) -> None:
+        if self._waiters.ended(queue_id, self._now()) and self._task is not None:
+            self._attention.set()  # the connection's task times the row's deletion
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
 
     async def start(self) -> None:
         """Start listening; waits for the first connection up to the connect timeout,
@@ -130,8 +311,15 @@ class PostgresMessageSignals(InProcessMessageSignals):
             )
 
     async def stop(self) -> None:
-        """Wake every waiter (they answer empty) and close the connection."""
+        """Wake every waiter (they answer empty), delete this process's ``queue_waiter``
+        rows (waiting at most a second for it: rows left behind only cost notifications
+        until they age out) and close the connection."""
         self.close()
+        if self._task is not None and self.listening and self._waiters.has_rows:
+            self._attention.set()  # closed: the task deletes them all
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._rows_deleted.wait()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -199,6 +387,7 @@ class PostgresMessageSignals(InProcessMessageSignals):
         finally:
             self._listening.clear()
             self._own_pid = None
+            self._waiters.forget()  # written again on the next connection
             connection.terminate()
 
     async def _serve(self, connection: Any) -> None:
@@ -215,23 +404,38 @@ class PostgresMessageSignals(InProcessMessageSignals):
         self.connections += 1
         if self.connections > 1:
             log.info("message notifications: listening again")
+        loop = asyncio.get_running_loop()
+        # The rows of the polls waiting already (after a reconnect), before they are told
+        # to look again: an SQL enqueue from now on announces itself.
+        if self._waiters.due(loop.time(), closing=self.closed) is not None:
+            await self._sync_waiters(connection)
         self._listening.set()
         # Notifications sent while nobody listened are lost: every waiter looks again.
         self.signal_all()
         self._attention.set()  # send what was announced meanwhile
-        loop = asyncio.get_running_loop()
         last_sent = -self._notify_interval
+        last_used = loop.time()  # a statement proves the connection as well as a probe
         while True:
-            try:
-                async with asyncio.timeout(self._probe_interval):
-                    await self._attention.wait()
-            except TimeoutError:
-                await connection.fetchval("SELECT 1", timeout=self._connect_timeout)
-                continue
+            now = loop.time()
+            timeout = last_used + self._probe_interval - now
+            due = self._waiters.due(now, closing=self.closed)
+            if due is not None:
+                timeout = min(timeout, due)
+            if timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._attention.wait()
             self._attention.clear()
             if lost:
                 raise ConnectionError("the LISTEN connection was closed")
+            if self._waiters.due(loop.time(), closing=self.closed) == 0:
+                await self._sync_waiters(connection)
+                last_used = loop.time()
+            if loop.time() - last_used >= self._probe_interval:
+                await connection.fetchval("SELECT 1", timeout=self._connect_timeout)
+                last_used = loop.time()
             if self._announced:
+                last_used = loop.time()
                 pause = last_sent + self._notify_interval - loop.time()
                 if pause > 0:
                     await asyncio.sleep(pause)  # let more announcements join this batch
@@ -260,6 +464,51 @@ class PostgresMessageSignals(InProcessMessageSignals):
                 except BaseException:
                     self._restore(batch)  # sent after reconnecting
                     raise
+
+    async def _sync_waiters(self, connection: Any) -> None:
+        """One statement bringing this process's ``queue_waiter`` rows up to date; then
+        the waiters of newly registered queues claim once more (see the module's doc)."""
+        loop = asyncio.get_running_loop()
+        sync = self._waiters.plan(loop.time(), closing=self.closed)
+        written = False
+        for attempt in range(2):
+            try:
+                await connection.fetchrow(
+                    WAITERS_SQL,
+                    self.process,
+                    [str(queue_id) for queue_id in sync.keep],
+                    [str(queue_id) for queue_id in sync.drop],
+                    WAITER_FORGET_SECONDS,
+                    timeout=self._connect_timeout,
+                )
+                written = True
+                break
+            except asyncpg.ForeignKeyViolationError:
+                # A queue deleted between the statement's read of it and its insert: once
+                # more, and the read no longer finds it.
+                if attempt == 0:
+                    continue
+                log.warning(
+                    "message notifications: waiting long polls not registered (a queue "
+                    "kept vanishing); tried again in %.0f s",
+                    self._waiters.refresh_seconds,
+                )
+            except asyncpg.PostgresError as error:
+                if connection.is_closed() or broken_connection(error) is not None:
+                    raise  # reconnect (the rows are written again then)
+                log.warning(
+                    "message notifications: waiting long polls not registered (%s); SQL "
+                    "enqueues reach them at their next re-check; tried again in %.0f s",
+                    error.sqlstate,
+                    self._waiters.refresh_seconds,
+                )
+                break
+        self._waiters.synced(sync, loop.time())
+        if self.closed and not self._waiters.has_rows:
+            self._rows_deleted.set()
+        if written:
+            for queue_id in sync.new:
+                self.signal(queue_id)
 
     def _restore(self, batch: dict[UUID, bool]) -> None:
         for queue_id, changed in batch.items():
