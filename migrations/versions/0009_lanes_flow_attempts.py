@@ -1622,17 +1622,32 @@ BEGIN
 
     IF p_state IS NULL OR (p_group IS NOT NULL AND p_state = {READY}) THEN
         -- Every live message (or one group's ready ones: a lane's delivery order is its
-        -- enqueue order), in enqueue order.
-        FOR r IN
-            SELECT {_COLUMNS} FROM queue_message AS m
-            WHERE m.queue_id = p_queue_id AND m.state <> {COMPLETED}
-              AND m.enqueue_order > coalesce(p_after_order, {MIN_ORDER})
-              AND (p_group IS NULL OR m.group_key = p_group)
-            ORDER BY m.enqueue_order
-            LIMIT p_budget
-        LOOP
+        -- enqueue order), in enqueue order. One group: its own index, so the budget counts
+        -- the group's rows, not the whole backlog's (a group with no message is one probe;
+        -- an "OR p_group IS NULL" in one statement walked the backlog: 14,169 buffers over
+        -- 135,000 messages).
+        IF p_group IS NULL THEN
+            FOR r IN
+                SELECT {_COLUMNS} FROM queue_message AS m
+                WHERE m.queue_id = p_queue_id AND m.state <> {COMPLETED}
+                  AND m.enqueue_order > coalesce(p_after_order, {MIN_ORDER})
+                ORDER BY m.enqueue_order
+                LIMIT p_budget
+            LOOP
 {_EXAMINE}
-        END LOOP;
+            END LOOP;
+        ELSE
+            FOR r IN
+                SELECT {_COLUMNS} FROM queue_message AS m
+                WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                  AND m.state <> {COMPLETED}
+                  AND m.enqueue_order > coalesce(p_after_order, {MIN_ORDER})
+                ORDER BY m.enqueue_order
+                LIMIT p_budget
+            LOOP
+{_EXAMINE}
+            END LOOP;
+        END IF;
     ELSIF p_state = {READY} THEN
         -- One priority at a time, highest first: the ready indexes by enqueue order, merged
         -- with that priority's rows in transition (ended leases, ended delays).

@@ -199,3 +199,46 @@ async def test_a_page_deep_inside_the_backlog_costs_what_the_first_does(
     )
     assert [r["id"] for r in rows[:-1]] == [r["id"] for r in middle[1:]]
     assert blocks < 60, blocks
+
+
+_SEARCH = (
+    "SELECT * FROM retsu_browse_messages($1, $2::smallint, $3::smallint, $4::smallint, $5, $6, "
+    "NULL, NULL, NULL, $7::text, $8::jsonb)"
+)
+
+
+@pytest.mark.parametrize(
+    ("label", "group", "match"),
+    [
+        ("a payload search nothing matches (no payload here is JSON)", None, '{"n": 1}'),
+        ("a group nothing belongs to", "g-none", None),
+        ("both", "g-none", '{"n": 1}'),
+    ],
+)
+async def test_a_search_page_reads_a_bounded_number_of_buffers(
+    loaded: tuple[str, uuid.UUID],
+    label: str,
+    group: str | None,
+    match: str | None,
+    record_property: Any,
+) -> None:
+    """SPEC §3.11: ``group=`` and ``match=`` keep a page's cost bounded on a backlog of
+    135,000 messages — a search that finds nothing stops at the scan budget with a place to
+    resume from (or sooner, where an index answers it), never walking the backlog."""
+    url, queue_id = loaded
+    arguments = (queue_id, None, LOW, HIGH, 51, BROWSE_SCAN_BUDGET, group, match)
+    connection = await asyncpg.connect(plain_url(url))
+    try:
+        rows = await connection.fetch(_SEARCH, *arguments)  # compiled and planned once
+        raw = await connection.fetchval(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {_SEARCH}", *arguments
+        )
+    finally:
+        await connection.close()
+    root = json.loads(raw)[0]["Plan"]
+    blocks = int(root["Shared Hit Blocks"]) + int(root["Shared Read Blocks"])
+    print(f"{label}: {blocks} buffers")
+    record_property(label, f"{blocks} buffers")
+    items, last = rows[:-1], rows[-1]
+    assert not items and last["queue_found"] is True
+    assert blocks < 250, (label, blocks)
