@@ -191,6 +191,40 @@ async def test_a_dead_letter_redrive_through_one_process_wakes_a_poll_on_the_oth
     assert answer.at - at < 0.300
 
 
+async def test_an_acknowledgement_through_one_process_frees_the_cap_for_a_poll_on_the_other(
+    clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    """A poll held back by ``max_in_flight`` wakes when a lease is freed elsewhere: the
+    acknowledgement answers ``wake`` because a poll waits (its ``queue_waiter`` row) and the
+    cap is near (migration 0014), well before the poll's one-second re-check."""
+    on_a, on_b = clients
+    response = await on_b.post(
+        "/v1/queues", json={"name": f"lp-{uuid.uuid4().hex[:12]}", "max_in_flight": 1}
+    )
+    queue_id = response.json()["id"]
+    await enqueue(on_b, queue_id, "first")
+    second = await enqueue(on_b, queue_id, "second")
+    held = (await on_b.post(f"/v1/queues/{queue_id}/messages/dequeue")).json()
+    for trial in range(3):
+        poll = asyncio.create_task(timed_poll(on_a, queue_id, wait_seconds=10))
+        await asyncio.sleep(0.5)  # waiting, and registered in queue_waiter
+        assert not poll.done(), poll.result().response.text
+        acked = await on_b.post(
+            f"/v1/queues/{queue_id}/messages/{held['id']}/acknowledge",
+            json={"receipt_handle": held["receipt_handle"]},
+        )
+        at = time.perf_counter()
+        assert acked.status_code == 204, acked.text
+        answer = await poll
+        assert answer.response.status_code == 200, answer.response.text
+        print(f"\nack -> capped poll answered in {max(0.0, answer.at - at) * 1000:.1f} ms")
+        assert answer.at - at < 0.300
+        held = answer.response.json()
+        if trial == 0:
+            assert held["id"] == second
+        await enqueue(on_b, queue_id, f"more-{trial}")
+
+
 async def test_a_poll_that_finds_nothing_ends_empty_after_wait_seconds(
     clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
 ) -> None:
