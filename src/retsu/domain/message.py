@@ -209,7 +209,9 @@ class DequeueResult:
 class Acknowledged:
     """What an acknowledge did: how many deliveries it removed (or completed), and whether
     a waiting dequeue may now find something (a lane's next message, a free lease under
-    the queue's cap)."""
+    the queue's cap). ``wake`` may be true when nothing waits; it may be false for a freed
+    lease when no claim can have been held back by it (PostgreSQL: no registered waiter, or
+    the cap far away — migration 0014); a waiter's one-second re-check covers the rest."""
 
     removed: int
     wake: bool = False
