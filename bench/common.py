@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import threading
@@ -433,6 +434,59 @@ class CpuWindow:
         # Backends are listed after the snapshot's wall clock would drift; list first.
         pids = await self._backends()
         return cpu_use(self._start, cpu_snapshot(self._api_pids, pids))
+
+
+class AutovacuumWatch:
+    """Which autovacuum workers ran in our databases during a window, and for about how
+    long: ``pg_stat_activity`` sampled every ``interval`` seconds (a worker's ``query`` names
+    its table, e.g. ``autovacuum: VACUUM public.queue_message``). It says whether a window's
+    tail met the vacuum of the churn an earlier scenario left behind."""
+
+    def __init__(self, admin_url: str, databases: list[str], interval: float = 0.2) -> None:
+        self._admin_url = admin_url
+        self._databases = databases
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+        self.seconds: dict[str, float] = {}
+
+    async def begin(self) -> None:
+        self.seconds = {}
+        self._task = asyncio.create_task(self._sample())
+
+    async def end(self) -> dict[str, float]:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        return dict(self.seconds)
+
+    async def _sample(self) -> None:
+        connection = await asyncpg.connect(plain_url(self._admin_url))
+        try:
+            while True:
+                rows = await connection.fetch(
+                    "SELECT regexp_replace(query, '^autovacuum: ', '') AS what"
+                    " FROM pg_stat_activity"
+                    " WHERE backend_type = 'autovacuum worker' AND datname = ANY($1::text[])",
+                    self._databases,
+                )
+                for row in rows:
+                    what = str(row["what"]).replace("public.", "")
+                    self.seconds[what] = self.seconds.get(what, 0.0) + self._interval
+                await asyncio.sleep(self._interval)
+        finally:
+            await connection.close()
+
+
+def autovacuum_note(seconds: dict[str, float]) -> str | None:
+    """The window's autovacuum work as a report note, or None when there was none."""
+    if not seconds:
+        return None
+    parts = ", ".join(
+        f"{what} ~{spent:.1f} s" for what, spent in sorted(seconds.items(), key=lambda i: -i[1])
+    )
+    return f"autovacuum during the window: {parts}"
 
 
 async def sleep_until(deadline: float) -> None:

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench import consumers, scenarios
-from bench.common import CpuUse, CpuWindow, Databases, HeldHorizon, RssSampler, dead_rows
+from bench.common import (
+    AutovacuumWatch,
+    CpuUse,
+    CpuWindow,
+    Databases,
+    HeldHorizon,
+    RssSampler,
+    autovacuum_note,
+    dead_rows,
+)
 from bench.floor import FloorSystem, SqlInterfaceSystem
 from bench.minimal_system import MinimalSystem
 from bench.pgqueuer_system import PgQueuerSystem
@@ -51,14 +60,22 @@ class RunOutcome:
 
 
 class _Window:
+    """A measured window: the CPU it used and the autovacuum work that ran during it (one
+    entry in ``vacuumed`` per window, in the order they ran)."""
+
     def __init__(self, admin_url: str, databases: list[str], api_pids: list[int]) -> None:
         self._inner = CpuWindow(admin_url, databases, api_pids)
+        self._vacuum = AutovacuumWatch(admin_url, databases)
+        self.vacuumed: list[dict[str, float]] = []
 
     async def begin(self) -> None:
+        await self._vacuum.begin()
         await self._inner.begin()
 
     async def end(self) -> CpuUse:
-        return await self._inner.end()
+        used = await self._inner.end()
+        self.vacuumed.append(await self._vacuum.end())
+        return used
 
 
 def mixed_peak(cfg: Config, enqueue: float, consume: float | None) -> tuple[float, str]:
@@ -316,6 +333,9 @@ async def run(options: Options) -> RunOutcome:
                 else:
                     await system.new_queue()
                     produced = [await run_one(scenario, cast(System, system), cfg, window, peaks)]
+                    # One window per single scenario: what autovacuum did while it was timed.
+                    if window.vacuumed and (note := autovacuum_note(window.vacuumed[-1])):
+                        produced[0].notes.append(note)
                 took = time.perf_counter() - began
                 spread = getattr(system, "take_spread", lambda: None)()
                 for result in produced:

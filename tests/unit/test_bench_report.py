@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("psutil", reason="the bench extra is not installed")
 
+from bench.common import autovacuum_note
 from bench.report import render, target_rows, targets_table
 from bench.runner import Options, RunOutcome
 from bench.scenarios import Result
@@ -148,4 +149,13 @@ def test_the_held_horizon_target_is_a_line_of_its_own() -> None:
     assert _rows(_outcome())[HELD] == ("**0.75** (750 vs 1,000 msg/s)", False)
     assert f"| {HELD} | ≥ 0.8 | **0.75** (750 vs 1,000 msg/s) | **no** |" in targets_table(
         _outcome()
+    )
+
+
+def test_a_windows_autovacuum_work_becomes_a_note_longest_first() -> None:
+    assert autovacuum_note({}) is None
+    note = autovacuum_note({"VACUUM queue_state_rollup": 0.4, "VACUUM queue_message": 3.2})
+    assert note == (
+        "autovacuum during the window: VACUUM queue_message ~3.2 s, "
+        "VACUUM queue_state_rollup ~0.4 s"
     )
