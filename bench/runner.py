@@ -65,12 +65,11 @@ class _Window:
 
     def __init__(self, admin_url: str, databases: list[str], api_pids: list[int]) -> None:
         self._inner = CpuWindow(admin_url, databases, api_pids)
-        self._vacuum = AutovacuumWatch(admin_url, databases)
+        self._vacuum = AutovacuumWatch(databases)
         self.vacuumed: list[dict[str, float]] = []
 
     async def begin(self) -> None:
-        await self._vacuum.begin()
-        await self._inner.begin()
+        self._vacuum.begin(await self._inner.begin())
 
     async def end(self) -> CpuUse:
         used = await self._inner.end()
