@@ -184,8 +184,8 @@ BEGIN
             -- The candidates' group rows, locked in key order (after the message rows).
             SELECT g.group_key, g.leased FROM queue_group AS g
             WHERE g.queue_id = p_queue_id
-              AND g.group_key IN (SELECT c.group_key FROM candidate AS c
-                                  WHERE c.group_key IS NOT NULL)
+              AND g.group_key = ANY (ARRAY(SELECT c.group_key FROM candidate AS c
+                                           WHERE c.group_key IS NOT NULL))
             ORDER BY g.group_key
             FOR UPDATE OF g
         ), ranked AS (
@@ -215,7 +215,7 @@ BEGIN
             WHERE m.id = w.id AND w.reached AND w.allowed
             RETURNING m.id, m.payload, m.priority, m.group_key, m.receipt_handle,
                       m.delivery_attempts, m.enqueued_at, m.enqueue_order, m.wait_key,
-                      w.state AS was
+                      w.state AS was, w.k
         ), readied AS (
             -- Candidates past the limit: ended delays and parked heads become READY in
             -- their place, ungrouped ended leases too; a grouped ended lease stays leased.
@@ -249,7 +249,9 @@ BEGIN
                          sum(c.pending)::integer AS pending, sum(c.waiting)::integer AS waiting,
                          max(c.key) AS key
                   FROM lane_changes AS c GROUP BY 1 ORDER BY 1) AS d
+            -- (= ANY: through the key's index entries; a join walked the queue's groups)
             WHERE g.queue_id = p_queue_id AND g.group_key = d.group_key
+              AND g.group_key = ANY (ARRAY(SELECT c.group_key FROM lane_changes AS c))
             RETURNING 1
         ), deltas AS (
             SELECT x.priority, retsu_shard(x.id) AS shard,
@@ -283,6 +285,8 @@ BEGIN
                x.delivery_attempts, x.enqueued_at, x.enqueue_order,
                (SELECT g.found FROM general AS g) AS general
         FROM (SELECT 1) AS one LEFT JOIN claimed AS x ON true
+        -- Rows in delivery order.
+        ORDER BY x.priority DESC, x.k, x.enqueue_order
     LOOP
         v_general := r.general;  -- the same on every row
         IF r.id IS NOT NULL THEN
@@ -361,13 +365,15 @@ ACKNOWLEDGE_TO = f"""
         ), seen AS (
             -- The group rows as this statement's snapshot has them.
             SELECT g.group_key, g.ctid AS tid FROM queue_group AS g
-            WHERE g.queue_id = p_queue_id AND g.group_key IN (SELECT a.group_key FROM acked AS a)
+            WHERE g.queue_id = p_queue_id
+              AND g.group_key = ANY (ARRAY(SELECT a.group_key FROM acked AS a))
         ), lanes AS (
             -- Locked in key order: the latest versions.
             SELECT g.group_key, g.ctid AS tid, g.leased, g.pending, g.waiting,
                    g.waiting_delayed, g.last_delivery_key
             FROM queue_group AS g
-            WHERE g.queue_id = p_queue_id AND g.group_key IN (SELECT a.group_key FROM acked AS a)
+            WHERE g.queue_id = p_queue_id
+              AND g.group_key = ANY (ARRAY(SELECT a.group_key FROM acked AS a))
               AND (SELECT s.yes FROM simple AS s)
             ORDER BY g.group_key
             FOR UPDATE OF g
@@ -418,6 +424,7 @@ ACKNOWLEDGE_TO = f"""
                 head_key = coalesce(p.key, g.head_key)
             FROM acked AS a LEFT JOIN promoted AS p ON p.group_key = a.group_key
             WHERE g.queue_id = p_queue_id AND g.group_key = a.group_key
+              AND g.group_key = ANY (ARRAY(SELECT x.group_key FROM acked AS x))
               AND (SELECT y.yes FROM applied AS y)
             RETURNING g.group_key, g.leased + g.pending + g.waiting + g.waiting_delayed AS live
         ), deltas AS (
