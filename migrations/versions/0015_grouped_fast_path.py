@@ -216,26 +216,26 @@ BEGIN
             RETURNING m.id, m.payload, m.priority, m.group_key, m.receipt_handle,
                       m.delivery_attempts, m.enqueued_at, m.enqueue_order, m.wait_key,
                       w.state AS was, w.k
-        ), readied AS (
-            -- Candidates past the limit: ended delays and parked heads become READY in
-            -- their place, ungrouped ended leases too; a grouped ended lease stays leased.
-            UPDATE queue_message AS m SET state = {READY}
+        ), moved AS (
+            -- One UPDATE (one set of index openings) for the rest: candidates past the
+            -- limit, ended delays and parked heads, become READY in their place, ungrouped
+            -- ended leases too (a grouped ended lease stays leased); heads of lanes that
+            -- hold their lease already go back to WAITING (``demoted``).
+            UPDATE queue_message AS m
+            SET state = CASE WHEN w.reached THEN {WAITING} ELSE {READY} END
             FROM walked AS w
-            WHERE m.id = w.id AND NOT w.reached AND w.state <> {READY}
-              AND (w.state <> {IN_FLIGHT} OR w.group_key IS NULL)
-            RETURNING m.id, m.priority, w.state AS was
-        ), demoted AS (
-            UPDATE queue_message AS m SET state = {WAITING}
-            FROM walked AS w
-            WHERE m.id = w.id AND w.reached AND NOT w.allowed
-            RETURNING m.id, m.priority, m.group_key, w.state AS was
+            WHERE m.id = w.id
+              AND ((NOT w.reached AND w.state <> {READY}
+                    AND (w.state <> {IN_FLIGHT} OR w.group_key IS NULL))
+                   OR (w.reached AND NOT w.allowed))
+            RETURNING m.id, m.priority, m.group_key, w.state AS was, w.reached AS demoted
         ), lane_changes AS (
             SELECT x.group_key, sum((x.was <> {IN_FLIGHT})::int) AS leased,
                    -sum((x.was IN ({READY}, {DELAYED}, {THROTTLED}))::int) AS pending,
                    0 AS waiting, max(x.wait_key) AS key
             FROM claimed AS x WHERE x.group_key IS NOT NULL GROUP BY 1
             UNION ALL
-            SELECT x.group_key, 0, -1, 1, NULL::bigint FROM demoted AS x
+            SELECT x.group_key, 0, -1, 1, NULL::bigint FROM moved AS x WHERE x.demoted
         ), laned AS (
             UPDATE queue_group AS g
             SET leased = g.leased + d.leased, pending = g.pending + d.pending,
@@ -262,11 +262,11 @@ BEGIN
             UNION ALL
             SELECT x.priority, retsu_shard(x.id), (x.was NOT IN {COUNTED_READY})::int,
                    -(x.was = {IN_FLIGHT})::int, -(x.was = {DELAYED})::int, 0
-            FROM readied AS x
+            FROM moved AS x WHERE NOT x.demoted
             UNION ALL
             SELECT x.priority, retsu_shard(x.id), (x.was = {DELAYED})::int, 0,
                    -(x.was = {DELAYED})::int, 0
-            FROM demoted AS x
+            FROM moved AS x WHERE x.demoted
         ), counted AS (
             -- Last, once the group rows are written (it reads their update's rows).
             UPDATE queue_state_rollup AS c
