@@ -482,6 +482,12 @@ EDITS = {
 def upgrade() -> None:
     bind = op.get_bind()
     op.execute(CLAIM_LANES)
+    # Retsu's own role only (as 0013 and 0014 do: a schema's default privileges cannot take
+    # back PostgreSQL's global EXECUTE for PUBLIC).
+    op.execute(
+        "REVOKE ALL ON FUNCTION "
+        "retsu_claim_lanes(uuid, integer, integer, integer, text, text, integer) FROM PUBLIC"
+    )
     for function, (old, new) in EDITS.items():
         definition = bind.execute(
             sa.text("SELECT pg_get_functiondef(CAST(:f AS regprocedure))"), {"f": function}
