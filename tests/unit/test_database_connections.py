@@ -46,10 +46,10 @@ class Connection:
         self.on_close = on_close
         self.invalidated = False
 
-    async def __aenter__(self) -> Connection:
+    async def start(self) -> Connection:
         return self
 
-    async def __aexit__(self, *_: object) -> None:
+    async def close(self) -> None:
         if self.on_close is not None and not self.invalidated:
             raise self.on_close
 

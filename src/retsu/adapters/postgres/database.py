@@ -24,7 +24,10 @@ Every statement of every port goes through ``Database``, which keeps four promis
 
 Hot statements (enqueue, dequeue, acknowledge, visibility) run on the pooled asyncpg
 driver connection directly: one round trip, their own implicit transaction, asyncpg's
-prepared-statement cache, none of SQLAlchemy's per-execution work. (Behind a transaction
+prepared-statement cache, none of SQLAlchemy's per-execution work. Between one hot
+statement and the next their connection stays checked out (``hot_connections.py``: at
+most half the pool, back to it after a second idle), which saves the pool's checkout and
+return — more CPU than the statement itself. (Behind a transaction
 pooler there is no cache: an unnamed statement, two round trips; docs/performance.md,
 "Behind PgBouncer".) Everything else runs through SQLAlchemy, whose disconnect detection
 invalidates a broken connection.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -47,7 +51,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as postgresql_asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from retsu.adapters.postgres.engine import LEARNED_AT_CONNECT, PIN_TRANSACTION
+from retsu.adapters.postgres.engine import LEARNED_AT_CONNECT, PIN_TRANSACTION, PooledEngine
 from retsu.adapters.postgres.errors import (
     DEADLOCK_DETECTED,
     LOCK_NOT_AVAILABLE,
@@ -55,6 +59,7 @@ from retsu.adapters.postgres.errors import (
     broken_connection,
     sqlstate,
 )
+from retsu.adapters.postgres.hot_connections import HotConnection
 from retsu.domain.errors import Busy, DatabaseUnavailable
 
 T = TypeVar("T")
@@ -147,6 +152,17 @@ def _raise_broken_at_close(error: BaseException, *, committing: bool) -> NoRetur
     raise _Broke(broken, error, committing=committing) from error
 
 
+async def _close_broken(connection: AsyncConnection, *, invalidate: bool = True) -> None:
+    """Out of the pool (invalidated) or back to it; an error closing a connection already
+    broken changes nothing."""
+    try:
+        if invalidate:
+            await connection.invalidate()
+        await connection.close()
+    except _UNREACHABLE as error:
+        log.debug("a broken connection did not close cleanly: %r", error)
+
+
 def _gave_way(error: BaseException) -> bool:
     return isinstance(error, DBAPIError) and sqlstate(error) in (
         LOCK_NOT_AVAILABLE,
@@ -170,6 +186,9 @@ class Database:
         telemetry: OperationTelemetry | None = None,
     ) -> None:
         self.engine = engine
+        # The connections hot statements keep between statements (hot_connections.py);
+        # an engine not made by ``create_engine`` (a test's) has none.
+        self._kept = engine.hot if isinstance(engine, PooledEngine) else None
         self._telemetry: OperationTelemetry = telemetry or _NoTelemetry()
         self._preamble = _PINS if pin_transactions else None
         self._give_way_preamble = _LOCK_TIMEOUT_AND_PINS if pin_transactions else _LOCK_TIMEOUT
@@ -182,12 +201,7 @@ class Database:
     async def connect(self) -> AsyncConnection:
         """A pooled connection the caller keeps and closes (or invalidates) itself: the
         collector's lock session. DatabaseUnavailable when none can be had."""
-        connection = self.engine.connect()
-        try:
-            await connection.start()
-        except _UNREACHABLE as error:
-            _unavailable(error)
-        return connection
+        return await self._checkout()
 
     # -- hot statements: one round trip on the asyncpg driver connection ---------------
 
@@ -228,25 +242,59 @@ class Database:
             await asyncio.sleep(random.uniform(0, 0.005 * conflicts))
 
     async def _fetch(self, sql: str, arguments: list[Any]) -> list[asyncpg.Record]:
-        checked_out = False
+        held = await self._hold()
         try:
-            async with self.engine.connect() as connection:
-                checked_out = True
-                raw = await connection.get_raw_connection()
-                driver = raw.driver_connection
-                assert driver is not None
-                try:
-                    return list(await driver.fetch(sql, *arguments))
-                except Exception as error:
-                    broken = broken_connection(error)
-                    if broken is None:
-                        raise
-                    await connection.invalidate()
-                    raise _Broke(broken, error, committing=True) from error
+            rows = await held.driver.fetch(sql, *arguments)
+        except Exception as error:
+            broken = broken_connection(error)
+            if broken is None:
+                # The statement failed and its implicit transaction with it; the
+                # connection is as good as before.
+                await self._put(held)
+                raise
+            await _close_broken(held.connection)
+            raise _Broke(broken, error, committing=True) from error
+        except BaseException:
+            # Cancelled while the statement ran: the pool's reset decides what is left.
+            await _close_broken(held.connection, invalidate=False)
+            raise
+        await self._put(held)
+        return list(rows)
+
+    async def _hold(self) -> HotConnection:
+        """A connection for one hot statement: one the hot path kept, else the pool's."""
+        if self._kept is not None:
+            held = await self._kept.take()
+            if held is not None:
+                return held
+        connection = await self._checkout()
+        try:
+            raw = await connection.get_raw_connection()
         except _UNREACHABLE as error:
-            if not checked_out:
-                _unavailable(error)
-            _raise_broken_at_close(error, committing=True)
+            await _close_broken(connection)
+            _raise_broken_at_close(error, committing=False)
+        return HotConnection(connection, raw.driver_connection, time.monotonic())
+
+    async def _put(self, held: HotConnection) -> None:
+        if self._kept is not None:
+            await self._kept.put(held)
+        else:
+            # The statement is done: a connection that fails to close now fails nothing.
+            await _close_broken(held.connection, invalidate=False)
+
+    async def _checkout(self) -> AsyncConnection:
+        """A connection of its own for one piece of work: an idle one the hot statements
+        kept (no pool round), else one from the pool. DatabaseUnavailable when none."""
+        if self._kept is not None:
+            held = await self._kept.take()
+            if held is not None:
+                return held.connection
+        connection = self.engine.connect()
+        try:
+            await connection.start()
+        except _UNREACHABLE as error:
+            _unavailable(error)
+        return connection
 
     # -- everything else: SQLAlchemy, read-only or one explicit transaction -----------
 
@@ -301,31 +349,29 @@ class Database:
         commit: bool,
         preamble: sa.TextClause | None,
     ) -> T:
-        checked_out = False
+        connection = await self._checkout()
+        committing = False
         try:
-            async with self.engine.connect() as connection:
-                checked_out = True
-                committing = False
-                try:
-                    if preamble is not None:
-                        await connection.execute(preamble)
-                    result = await work(connection)
-                    if commit:
-                        committing = True
-                        await connection.commit()
-                    return result
-                except Exception as error:
-                    broken = broken_connection(error)
-                    if broken is None:
-                        raise
-                    await connection.invalidate()
-                    raise _Broke(broken, error, committing=committing) from error
+            try:
+                if preamble is not None:
+                    await connection.execute(preamble)
+                result = await work(connection)
+                if commit:
+                    committing = True
+                    await connection.commit()
+            except Exception as error:
+                broken = broken_connection(error)
+                if broken is None:
+                    raise
+                await connection.invalidate()
+                raise _Broke(broken, error, committing=committing) from error
+            finally:
+                # Closing rolls back a transaction the work left open (a read, or work
+                # that failed), and never one that committed.
+                await connection.close()
         except _UNREACHABLE as error:
-            if not checked_out:
-                _unavailable(error)
-            # Closing rolls back a transaction the work left open (a read, or work that
-            # failed), and never one that committed: nothing was committed.
             _raise_broken_at_close(error, committing=False)
+        return result
 
     async def yielding(
         self,

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, PoolProxiedConnection
 
 from retsu.adapters.postgres.hosts import PostgresHosts
+from retsu.adapters.postgres.hot_connections import HotConnections
 
 # Every Retsu query is an index walk bounded by a LIMIT or a key. With stale
 # statistics (a freshly loaded backlog) the planner was measured choosing a bitmap
@@ -179,6 +180,30 @@ def connect_arguments(
     return arguments
 
 
+class PooledEngine(AsyncEngine):
+    """SQLAlchemy's asyncio engine plus the connections its hot statements keep checked
+    out between statements (``hot_connections.py``); ``dispose`` returns those first."""
+
+    __slots__ = ("hot",)
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        keep: int,
+        on_acquire: Callable[[float], None] | None = None,
+    ) -> None:
+        super().__init__(engine.sync_engine)
+        self.hot = HotConnections(keep=keep, on_acquire=on_acquire)
+
+    async def dispose(self, close: bool = True) -> None:
+        await self.hot.close()
+        try:
+            await super().dispose(close)
+        finally:
+            self.hot.reopen()
+
+
 def create_engine(
     url: str,
     *,
@@ -187,7 +212,7 @@ def create_engine(
     application_name: str = "retsu",
     on_pool_acquire: Callable[[float], None] | None = None,
     transaction_pooler: bool = False,
-) -> AsyncEngine:
+) -> PooledEngine:
     """``on_pool_acquire(seconds)`` is called after every pool checkout (telemetry).
 
     ``url`` may name several hosts (``hosts.py``): every new pooled connection goes to the
@@ -219,7 +244,7 @@ def create_engine(
         dbapi = engine.sync_engine.dialect.loaded_dbapi
         return dbapi.connect(async_creator_fn=partial(hosts.connect, **arguments), **adapter)
 
-    engine = create_async_engine(
+    async_engine = create_async_engine(
         _label_url(hosts),
         creator=creator,
         pool_size=max_connections,
@@ -228,6 +253,9 @@ def create_engine(
         pool_recycle=3600,
         **options,
     )
+    # Half the pool at most is kept by the hot statements; the rest always cycles
+    # through the pool for everything else.
+    engine = PooledEngine(async_engine, keep=max_connections // 2, on_acquire=on_pool_acquire)
     event.listen(engine.sync_engine, "checkout", _discard_if_closed)
     if transaction_pooler:
         event.listen(engine.sync_engine, "connect", _learn_types_at_connect)
