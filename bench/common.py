@@ -51,6 +51,42 @@ def url_for(admin_url: str, database: str) -> str:
     return parts._replace(path=f"/{database}").geturl()
 
 
+class ScenarioPool:
+    """An asyncpg pool of ``size`` connections that is open only while its system runs a
+    scenario (``ready`` before, ``rest`` after; both outside the measured window).
+
+    Every system of a run is started at the beginning and the scenarios take turns, so
+    pools opened at start all stay open: with the five systems of the default run
+    (Retsu's two API processes, the SQL floor, the SQL interface, the minimal floor and
+    PgQueuer, 20 connections each at the defaults) that passed PostgreSQL's default 100
+    connections ("sorry, too many clients already"). Open only while used, the run
+    needs Retsu's own connections plus one system's pool at a time."""
+
+    def __init__(self, url: str, size: int, **options: object) -> None:
+        self._url = url
+        self._size = size
+        self._options = options
+        self._pool: asyncpg.Pool | None = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("the pool is at rest: ready() first")
+        return self._pool
+
+    async def ready(self) -> asyncpg.Pool:
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                self._url, min_size=self._size, max_size=self._size, **self._options
+            )
+        return self._pool
+
+    async def rest(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+
 @dataclass
 class Databases:
     """Creates databases of the benchmark's own and drops every one of them at the end.

@@ -23,6 +23,7 @@ from bench.common import (
     DEFAULT_TTL_SECONDS,
     PRIORITY_VALUES,
     OpError,
+    ScenarioPool,
     payload,
     retsu_prefill,
     retsu_prefill_delayed,
@@ -179,15 +180,22 @@ class FloorSystem:
         self.pool_size = pool_size
         self.statements = Statements.from_retsu()
         self.payload = payload()
-        self._pool: asyncpg.Pool | None = None
+        self._pools = ScenarioPool(
+            database_url, pool_size, server_settings=self.statements.server_settings
+        )
         self._sql: asyncpg.Connection | None = None
         self._queue_id: uuid.UUID | None = None
         self._queues = 0
 
     @property
     def pool(self) -> asyncpg.Pool:
-        assert self._pool is not None
-        return self._pool
+        return self._pools.pool
+
+    async def ready(self) -> None:
+        await self._pools.ready()
+
+    async def rest(self) -> None:
+        await self._pools.rest()
 
     @property
     def queue_id(self) -> uuid.UUID:
@@ -198,21 +206,14 @@ class FloorSystem:
         import asyncio
 
         await asyncio.to_thread(migrate, self.database_url)
-        self._pool = await asyncpg.create_pool(
-            self.database_url,
-            min_size=self.pool_size,
-            max_size=self.pool_size,
-            server_settings=self.statements.server_settings,
-        )
         self._sql = await asyncpg.connect(self.database_url)
+        await self.ready()  # the runner rests it until its scenario
 
     async def stop(self) -> None:
         if self._sql is not None:
             await self._sql.close()
             self._sql = None
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        await self._pools.rest()
 
     async def new_queue(self, *, max_in_flight: int | None = None) -> None:
         assert self._sql is not None

@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import PRIORITY_VALUES, payload
+from bench.common import PRIORITY_VALUES, ScenarioPool, payload
 
 SCHEMA = """
 CREATE TABLE minimal_message (
@@ -115,28 +115,28 @@ class MinimalSystem:
         self.database_url = database_url
         self.pool_size = pool_size
         self.payload = payload()
-        self._pool: asyncpg.Pool | None = None
+        self._pools = ScenarioPool(
+            database_url, pool_size, server_settings={"application_name": "retsu-bench-minimal"}
+        )
         self._sql: asyncpg.Connection | None = None
 
     @property
     def pool(self) -> asyncpg.Pool:
-        assert self._pool is not None
-        return self._pool
+        return self._pools.pool
+
+    async def ready(self) -> None:
+        await self._pools.ready()
+
+    async def rest(self) -> None:
+        await self._pools.rest()
 
     async def start(self) -> None:
         self._sql = await asyncpg.connect(self.database_url)
         await self._sql.execute(SCHEMA)
-        self._pool = await asyncpg.create_pool(
-            self.database_url,
-            min_size=self.pool_size,
-            max_size=self.pool_size,
-            server_settings={"application_name": "retsu-bench-minimal"},
-        )
+        await self.ready()  # the runner rests it until its scenario
 
     async def stop(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        await self._pools.rest()
         if self._sql is not None:
             await self._sql.close()
             self._sql = None

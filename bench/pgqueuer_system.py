@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 
 from bench.client import LatencyRecorder
-from bench.common import PRIORITY_VALUES, payload
+from bench.common import PRIORITY_VALUES, ScenarioPool, payload
 from bench.scenarios import Config, Counter, Result, Window, measure_window, paced, spread
 
 ENTRYPOINT = "bench"
@@ -99,26 +99,29 @@ class PgQueuerSystem:
         self.pool_size = pool_size
         self.consumers = consumers
         self.body = payload().encode()
-        self._pool: asyncpg.Pool | None = None
+        self._pools = ScenarioPool(database_url, pool_size)
         self._sql: asyncpg.Connection | None = None
         self._queries: Any = None  # over the pool: producers
         self._admin_queries: Any = None  # over _sql: prefill, keeper, reset
         logging.getLogger("pgqueuer").setLevel(logging.WARNING)
 
     async def start(self) -> None:
-        driver, pool_driver, _, queries = _modules()
+        driver, _, _, queries = _modules()
         self._sql = await asyncpg.connect(self.database_url)
         self._admin_queries = queries(driver(self._sql))
         await self._admin_queries.install()
-        self._pool = await asyncpg.create_pool(
-            self.database_url, min_size=self.pool_size, max_size=self.pool_size
-        )
-        self._queries = queries(pool_driver(self._pool))
+        await self.ready()  # the runner rests it until its scenario
+
+    async def ready(self) -> None:
+        _, pool_driver, _, queries = _modules()
+        self._queries = queries(pool_driver(await self._pools.ready()))
+
+    async def rest(self) -> None:
+        self._queries = None
+        await self._pools.rest()
 
     async def stop(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        await self._pools.rest()
         if self._sql is not None:
             await self._sql.close()
             self._sql = None

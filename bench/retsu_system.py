@@ -375,7 +375,7 @@ class RetsuSystem:
         await retsu_prefill(self._sql, self.queue_id, count, self.payload)
 
     async def prefill_delayed(self, count: int, seconds: int) -> None:
-        assert self._sql is not None
+        assert self._sql is not None and self.queue_id is not None
         await retsu_prefill_delayed(self._sql, self.queue_id, count, self.payload, seconds)
 
     async def prefill_grouped(self, count: int, groups: int) -> None:
@@ -384,3 +384,9 @@ class RetsuSystem:
 
     def api_pids(self) -> list[int]:
         return self.api.api_pids()
+
+    async def ready(self) -> None:
+        """Nothing to open: the API processes keep their own pools, as in production."""
+
+    async def rest(self) -> None:
+        """Nothing to close (see ``ready``)."""

@@ -255,6 +255,7 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(floor)
             await floor.start()
+            await floor.rest()  # its pool opens for its own scenarios only
         if any(s in SqlInterfaceSystem.scenarios for s in wanted) and "sql" in options.systems:
             log("starting the SQL interface (retsu.enqueue from asyncpg)")
             sql_interface = SqlInterfaceSystem(
@@ -263,6 +264,7 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(sql_interface)
             await sql_interface.start()
+            await sql_interface.rest()  # its pool opens for its own scenarios only
         if wanted and "minimal" in options.systems:
             log("starting the minimal floor")
             minimal = MinimalSystem(
@@ -271,6 +273,7 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(minimal)
             await minimal.start()
+            await minimal.rest()  # its pool opens for its own scenarios only
         pgq: PgQueuerSystem | None = None
         if "pgqueuer" in options.systems:
             log("starting PgQueuer")
@@ -281,6 +284,7 @@ async def run(options: Options) -> RunOutcome:
             )
             systems.append(pgq)
             await pgq.start()
+            await pgq.rest()  # its pool opens for its own scenarios only
 
         contenders: list[consumers.Contender] = []
         if consuming and "retsu" in options.systems:
@@ -327,14 +331,20 @@ async def run(options: Options) -> RunOutcome:
                     continue
                 window = _Window(options.admin_url, databases.names(), api_pids)
                 began = time.perf_counter()
-                if scenario in scenarios.PAIRED:
-                    produced = await run_paired(scenario, cast(FeatureSystem, system), cfg, window)
-                else:
-                    await system.new_queue()
-                    produced = [await run_one(scenario, cast(System, system), cfg, window, peaks)]
-                    # One window per single scenario: what autovacuum did while it was timed.
-                    if window.vacuumed and (note := autovacuum_note(window.vacuumed[-1])):
-                        produced[0].notes.append(note)
+                await system.ready()
+                try:
+                    if scenario in scenarios.PAIRED:
+                        feature = cast(FeatureSystem, system)
+                        produced = await run_paired(scenario, feature, cfg, window)
+                    else:
+                        await system.new_queue()
+                        one = cast(System, system)
+                        produced = [await run_one(scenario, one, cfg, window, peaks)]
+                        # One window per single scenario: what autovacuum did while timed.
+                        if window.vacuumed and (note := autovacuum_note(window.vacuumed[-1])):
+                            produced[0].notes.append(note)
+                finally:
+                    await system.rest()
                 took = time.perf_counter() - began
                 spread = getattr(system, "take_spread", lambda: None)()
                 for result in produced:

@@ -117,6 +117,15 @@ class System(Protocol):
         every ready message in delivery order, but not deliverable."""
         ...
 
+    async def ready(self) -> None:
+        """Before each of its scenarios (outside the window): open what it holds only
+        while it runs (``common.ScenarioPool``)."""
+        ...
+
+    async def rest(self) -> None:
+        """After each of its scenarios: close that again."""
+        ...
+
 
 class FeatureSystem(System, Protocol):
     """Retsu or its SQL floor: what the paired scenarios (``PAIRED``) need besides."""

@@ -339,3 +339,44 @@ async def test_the_sql_interface_enqueues_single_and_100_in_a_transaction(
             assert result.messages > 0
     finally:
         await system.stop()
+
+
+async def test_a_systems_pool_is_open_only_between_ready_and_rest(
+    postgres_server: PostgresServer, bench_database: str
+) -> None:
+    """The runner rests every system's pool outside its own scenarios, so the five systems
+    of a default run stay under PostgreSQL's 100 connections (bench/common.py)."""
+    import asyncpg
+    from bench.common import plain_url
+    from bench.minimal_system import MinimalSystem
+
+    database_url = plain_url(bench_database)
+    name = database_url.rsplit("/", 1)[1]
+
+    async def sessions() -> int:
+        admin = await asyncpg.connect(plain_url(postgres_server.admin_url))
+        try:
+            return int(
+                await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
+                    "AND application_name = 'retsu-bench-minimal'",
+                    name,
+                )
+            )
+        finally:
+            await admin.close()
+
+    minimal = MinimalSystem(database_url, pool_size=4)
+    await minimal.start()
+    try:
+        assert await sessions() == 4  # start leaves it ready (standalone tools use it)
+        await minimal.rest()
+        assert await sessions() == 0
+        with pytest.raises(RuntimeError, match="at rest"):
+            minimal.pool  # noqa: B018 -- the property is what is tested
+        await minimal.ready()
+        assert await sessions() == 4
+        assert await minimal.pool.fetchval("SELECT 1") == 1
+    finally:
+        await minimal.stop()
+    assert await sessions() == 0
