@@ -530,6 +530,52 @@ class AutovacuumWatch:
             await asyncio.sleep(self._interval)
 
 
+@dataclass(frozen=True)
+class Checkpoints:
+    """PostgreSQL's checkpointer counters (``pg_stat_bgwriter``, PostgreSQL ≤ 16): a
+    window's difference says whether a checkpoint started or synced while it was timed.
+    A checkpoint's sync phase stalls every committing backend on this VM's disk, and a
+    new checkpoint makes the next change of every page write a whole page to the WAL."""
+
+    started: int = 0
+    write_ms: float = 0.0
+    sync_ms: float = 0.0
+    buffers: int = 0
+
+    @classmethod
+    async def read(cls, admin_url: str) -> Checkpoints | None:
+        connection = await asyncpg.connect(plain_url(admin_url))
+        try:
+            row = await connection.fetchrow(
+                "SELECT checkpoints_timed + checkpoints_req AS started, "
+                "checkpoint_write_time AS write_ms, checkpoint_sync_time AS sync_ms, "
+                "buffers_checkpoint AS buffers FROM pg_stat_bgwriter"
+            )
+        except asyncpg.PostgresError:
+            return None  # PostgreSQL 17 moved them (pg_stat_checkpointer): no note
+        finally:
+            await connection.close()
+        return cls(int(row["started"]), row["write_ms"], row["sync_ms"], int(row["buffers"]))
+
+    def since(self, earlier: Checkpoints) -> Checkpoints:
+        return Checkpoints(
+            self.started - earlier.started,
+            self.write_ms - earlier.write_ms,
+            self.sync_ms - earlier.sync_ms,
+            self.buffers - earlier.buffers,
+        )
+
+
+def checkpoint_note(during: Checkpoints | None) -> str | None:
+    """A window's checkpoint work as a report note, or None when there was none."""
+    if during is None or (during.started == 0 and during.buffers == 0 and during.sync_ms == 0):
+        return None
+    return (
+        f"checkpoints during the window: {during.started} started, {during.buffers:,} "
+        f"buffers written, sync {during.sync_ms:,.0f} ms"
+    )
+
+
 def autovacuum_note(seconds: dict[str, float]) -> str | None:
     """The window's autovacuum work as a report note, or None when there was none."""
     if not seconds:

@@ -18,12 +18,14 @@ from typing import Any, cast
 from bench import consumers, scenarios
 from bench.common import (
     AutovacuumWatch,
+    Checkpoints,
     CpuUse,
     CpuWindow,
     Databases,
     HeldHorizon,
     RssSampler,
     autovacuum_note,
+    checkpoint_note,
     dead_rows,
 )
 from bench.floor import FloorSystem, SqlInterfaceSystem
@@ -64,16 +66,23 @@ class _Window:
     entry in ``vacuumed`` per window, in the order they ran)."""
 
     def __init__(self, admin_url: str, databases: list[str], api_pids: list[int]) -> None:
+        self._admin_url = admin_url
         self._inner = CpuWindow(admin_url, databases, api_pids)
         self._vacuum = AutovacuumWatch(databases)
+        self._checkpoints: Checkpoints | None = None
         self.vacuumed: list[dict[str, float]] = []
+        self.checkpointed: list[Checkpoints | None] = []
 
     async def begin(self) -> None:
+        self._checkpoints = await Checkpoints.read(self._admin_url)
         self._vacuum.begin(await self._inner.begin())
 
     async def end(self) -> CpuUse:
         used = await self._inner.end()
         self.vacuumed.append(await self._vacuum.end())
+        now = await Checkpoints.read(self._admin_url)
+        before = self._checkpoints
+        self.checkpointed.append(now.since(before) if now and before else None)
         return used
 
 
@@ -340,8 +349,13 @@ async def run(options: Options) -> RunOutcome:
                         await system.new_queue()
                         one = cast(System, system)
                         produced = [await run_one(scenario, one, cfg, window, peaks)]
-                        # One window per single scenario: what autovacuum did while timed.
+                        # One window per single scenario: what autovacuum and the
+                        # checkpointer did while it was timed.
                         if window.vacuumed and (note := autovacuum_note(window.vacuumed[-1])):
+                            produced[0].notes.append(note)
+                        if window.checkpointed and (
+                            note := checkpoint_note(window.checkpointed[-1])
+                        ):
                             produced[0].notes.append(note)
                 finally:
                     await system.rest()

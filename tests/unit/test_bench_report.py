@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("psutil", reason="the bench extra is not installed")
 
-from bench.common import autovacuum_note
+from bench.common import Checkpoints, autovacuum_note, checkpoint_note
 from bench.report import render, target_rows, targets_table
 from bench.runner import Options, RunOutcome
 from bench.scenarios import Result
@@ -158,4 +158,14 @@ def test_a_windows_autovacuum_work_becomes_a_note_longest_first() -> None:
     assert note == (
         "autovacuum during the window: VACUUM queue_message ~3.2 s, "
         "VACUUM queue_state_rollup ~0.4 s"
+    )
+
+
+def test_a_windows_checkpoint_work_becomes_a_note() -> None:
+    assert checkpoint_note(None) is None
+    assert checkpoint_note(Checkpoints()) is None
+    before = Checkpoints(started=3, write_ms=100.0, sync_ms=20.0, buffers=1_000)
+    after = Checkpoints(started=4, write_ms=2_100.0, sync_ms=1_270.0, buffers=4_500)
+    assert checkpoint_note(after.since(before)) == (
+        "checkpoints during the window: 1 started, 3,500 buffers written, sync 1,250 ms"
     )
