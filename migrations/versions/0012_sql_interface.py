@@ -404,8 +404,9 @@ GRANT USAGE ON SCHEMA retsu TO {ROLE};
 GRANT EXECUTE ON FUNCTION {enqueue}, {acknowledge} TO {ROLE};
 
 -- Retsu's own functions in its table schema: for Retsu's role only (they run with the
--- caller's rights, so they reached nothing; still, nobody else calls them), also those a
--- later migration adds.
+-- caller's rights, so they reached nothing; still, nobody else calls them). A later
+-- migration revokes its new functions by name (as 0014 does): the schema-scoped default
+-- privileges below cannot take back PostgreSQL's global EXECUTE grant to PUBLIC.
 DO $$
 DECLARE
     f regprocedure;
