@@ -1,9 +1,12 @@
-"""A claim that makes ended delays or ended leases READY costs the same on a small table and
-a large one (migration 0016; SPEC §7 "every hot-path query uses an index").
+"""What migration 0016 took out of the fast path's claim (SPEC §7 "every hot-path query uses
+an index"): a walk of the whole primary key to promote candidates, and an attempt-closing
+function run through the SQL function executor on every claim.
 
-The fast path's claim promotes the candidates it does not deliver. Its plan used to find
-them by walking ``queue_message_pkey`` from the oldest id, so a claim promoting the newest
-messages (ended delays: UUIDv7 ids sort by time) read every message in the table. Each
+A claim that makes ended delays or ended leases READY costs the same on a small table and
+a large one. The fast path's claim promotes the candidates it does not deliver. Its plan
+used to find them by walking ``queue_message_pkey`` from the oldest id, so a claim
+promoting the newest messages (ended delays: UUIDv7 ids sort by time) read every message
+in the table. Each
 table here holds ``older`` READY messages first, then 50 delayed by one second; once the
 delays end, one claim of one message delivers the oldest READY message and promotes the 50.
 ``EXPLAIN (ANALYZE, BUFFERS)`` of the call counts every buffer its statements touch.
@@ -104,3 +107,43 @@ async def test_a_claim_promoting_ended_delays_costs_the_same_on_a_large_table(
     # Each promoted row costs its own row and index entries (a few dozen buffers); nothing
     # grows with the table. (Before migration 0016: 176,850 buffers on 200,000 messages.)
     assert large <= small * 1.5 + 100, (small, large)
+
+
+async def test_the_claim_and_acknowledgement_run_no_sql_function_through_the_executor(
+    two_databases: tuple[str, str],
+) -> None:
+    """The attempt record's SQL functions are inlined into the statements that call them:
+    ``pg_stat_user_functions`` (``track_functions = all``) counts only the calls PostgreSQL
+    could not inline, each of which parses and plans the function's body again."""
+    connection = await asyncpg.connect(plain_url(two_databases[0]))
+    try:
+        await connection.execute("SET track_functions = 'all'")
+        queue_id = uuid.uuid4()
+        await connection.execute(_QUEUE, queue_id)
+        await _enqueue(connection, queue_id, 20, 0)
+        claim = f"SELECT * FROM retsu_dequeue('{queue_id}', 1, 30, 100, 'test', 'me')"
+        for _ in range(10):
+            rows = await connection.fetch(claim)
+            await connection.fetch(
+                "SELECT * FROM retsu_acknowledge($1, $2, $3, NULL)",
+                queue_id,
+                [rows[0]["id"]],
+                [rows[0]["receipt_handle"]],
+            )
+        last = (await connection.fetch(claim))[0]
+        await connection.execute("SELECT pg_stat_force_next_flush()")
+        called = dict(
+            await connection.fetch(
+                "SELECT funcname, calls FROM pg_stat_user_functions "
+                "WHERE funcname IN ('retsu_close_attempt', 'retsu_new_attempt', 'retsu_shard')"
+            )
+        )
+        recorded = await connection.fetchval(
+            "SELECT attempts FROM queue_message WHERE id = $1", last["id"]
+        )
+    finally:
+        await connection.close()
+    assert called == {}, called
+    # The claim still recorded its attempt (SPEC §3.11): number 1, by consumer "me".
+    attempt = json.loads(recorded)
+    assert [(a["n"], a["c"]) for a in attempt] == [(1, "me")], attempt
