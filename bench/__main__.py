@@ -145,10 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--pair-order",
-        choices=("baseline-first", "feature-first"),
-        default="baseline-first",
-        help="groups/max-in-flight/attempts: which half of the pair runs first (default "
-        "baseline-first); run once each way to cancel the machine's drift out of the ratio",
+        choices=("abba", "baseline-first", "feature-first"),
+        default="abba",
+        help="groups/max-in-flight/attempts: abba (default) runs baseline, feature, feature, "
+        "baseline and pools each side's two runs, which cancels a steady drift of the "
+        "machine out of the ratio; baseline-first or feature-first run each side once",
     )
     parser.add_argument(
         "--output",

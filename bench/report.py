@@ -307,6 +307,15 @@ def held_horizon_table(results: list[Result]) -> str:
     return "\n".join(lines) if found else ""
 
 
+def _pair_order_text(order: str) -> str:
+    if order == "abba":
+        return (
+            "baseline, feature, feature, baseline, each side's two runs pooled (a steady "
+            "drift of the machine weighs on both sides alike; each run's rate is in the notes)"
+        )
+    return f"one half right after the other ({order.replace('-', ' ')})"
+
+
 def _feature_pair(
     index: dict[tuple[str, str], Result], scenario: str, keys: tuple[str, ...] = ("retsu", "floor")
 ) -> tuple[Result, Result] | None:
@@ -619,8 +628,8 @@ def render(outcome: RunOutcome, machine: dict[str, str], *, busy_note: str = "")
         parts += [
             "### New features' costs (SPEC §7b, issue 24)",
             "",
-            "Each pair runs in one scenario, one half right after the other "
-            f"({cfg.pair_order.replace('-', ' ')}), each on a fresh queue. groups: "
+            f"Each pair runs in one scenario, {_pair_order_text(cfg.pair_order)}, each run on "
+            "a fresh queue. groups: "
             f"{cfg.group_count:,} groups × {cfg.group_size} messages prefilled "
             "(`group_max_in_flight` 1) against the same number of messages without groups, "
             "no keeper (the warm-up and the window consume part of it); max-in-flight: "

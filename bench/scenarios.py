@@ -174,7 +174,7 @@ class Config:
     group_count: int = 10_000  # groups: the groups of the prefilled backlog
     group_size: int = 10  # groups: messages per group
     never_reached_cap: int = 1_000_000  # max-in-flight: the queue's cap (Retsu's maximum)
-    pair_order: str = "baseline-first"  # or "feature-first": the halves of a paired scenario
+    pair_order: str = "abba"  # or "baseline-first", "feature-first": a paired scenario's runs
     quick: bool = False
 
 
@@ -481,13 +481,65 @@ async def paired(
     feature: Callable[[], Awaitable[Result]],
     baseline: Callable[[], Awaitable[Result]],
 ) -> list[Result]:
-    """A feature's run and its baseline's, one after the other (``cfg.pair_order``), so their
-    ratio is measured seconds apart; the feature's result first."""
+    """A feature's run and its baseline's, close together so their ratio is measured under
+    the same conditions; the feature's result first.
+
+    ``abba`` (the default) runs baseline, feature, feature, baseline and pools each side's
+    two runs: the machine drifts within a pair (dead rows pile up between autovacuums, a
+    checkpoint comes), and a drift that is steady over the four runs weighs on both sides
+    alike. Measured: one half after the other gave the same never-reached cap 0.83 to 1.12
+    from run to run (docs/performance.md). ``baseline-first`` and ``feature-first`` run each
+    side once."""
     if cfg.pair_order == "feature-first":
         measured = await feature()
         return [measured, await baseline()]
-    without = await baseline()
-    return [await feature(), without]
+    if cfg.pair_order == "baseline-first":
+        without = await baseline()
+        return [await feature(), without]
+    first = await baseline()
+    inner = [await feature(), await feature()]
+    return [pooled(inner), pooled([first, await baseline()])]
+
+
+def pooled(runs: list[Result]) -> Result:
+    """One result from several runs of the same scenario: their messages over their summed
+    measured seconds, every latency sample, CPU averaged over the time, each run's rate in
+    the notes."""
+    first = runs[0]
+    latency = LatencyRecorder()
+    for run in runs:
+        latency.merge(run.latency)
+    cpus = [run.cpu for run in runs if run.cpu is not None]
+    cpu = None
+    if len(cpus) == len(runs):
+        seconds = sum(c.seconds for c in cpus)
+
+        def mean(values: list[float]) -> float:
+            return sum(v * c.seconds for v, c in zip(values, cpus, strict=True)) / seconds
+
+        cpu = CpuUse(
+            seconds=seconds,
+            bench=mean([c.bench for c in cpus]),
+            api=mean([c.api for c in cpus]),
+            postgres=mean([c.postgres for c in cpus]),
+            machine=mean([c.machine for c in cpus]),
+            cores=cpus[0].cores,
+        )
+    rates = " / ".join(f"{run.rate:,.0f}" for run in runs)
+    notes = list(first.notes)
+    for run in runs[1:]:
+        notes += [note for note in run.notes if note not in notes]
+    return Result(
+        scenario=first.scenario,
+        system=first.system,
+        system_key=first.system_key,
+        messages=sum(run.messages for run in runs),
+        seconds=sum(run.seconds for run in runs),
+        latency=latency,
+        cpu=cpu,
+        notes=[f"{len(runs)} runs pooled ({rates} msg/s)", *notes],
+        extra=dict(first.extra),
+    )
 
 
 # -- mixed: paced producers and consumers ---------------------------------------------
