@@ -25,6 +25,7 @@ import pytest
 
 from retsu.adapters.ids import uuid7_batch
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import buffers_touched
 from tests.support.services import PostgresServer
 from tests.support.timeshift import plain_url
 
@@ -63,24 +64,12 @@ async def _promoting_claim(url: str, older: int) -> tuple[int, int]:
         await connection.execute("ANALYZE queue_message")
         await asyncio.sleep(1.2)  # the delays end
         call = f"SELECT * FROM retsu_dequeue('{queue_id}', 1, 30, 100, 'test', 'plan')"
-        transaction = connection.transaction()
-        await transaction.start()
-        try:
-            # Once first, undone: the session's first call also reads the catalog to plan
-            # the function's statements (cached for the session, like a pooled connection's).
-            await connection.execute("SAVEPOINT warm")
-            await connection.execute(call)
-            await connection.execute("ROLLBACK TO SAVEPOINT warm")
-            raw = await connection.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {call}")
-            ready = await connection.fetchval(
-                "SELECT count(*) FROM queue_message WHERE queue_id = $1 AND state = 1", queue_id
-            )
-        finally:
-            await transaction.rollback()
+        ready = "SELECT count(*) FROM queue_message WHERE queue_id = $1 AND state = 1"
+        return await buffers_touched(
+            connection, call, then=ready, then_args=[queue_id], warm=[call]
+        )
     finally:
         await connection.close()
-    root = json.loads(raw)[0]["Plan"]
-    return int(root["Shared Hit Blocks"]) + int(root["Shared Read Blocks"]), int(ready)
 
 
 @pytest.fixture

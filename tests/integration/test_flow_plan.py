@@ -11,7 +11,6 @@ limit. The loads write rows as the functions would, counted as they count them.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +19,7 @@ import asyncpg
 import pytest
 
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import buffers_touched
 from tests.support.services import PostgresServer
 from tests.support.timeshift import plain_url
 
@@ -78,29 +78,24 @@ async def loaded(postgres_server: PostgresServer) -> AsyncIterator[tuple[str, di
         await drop_database(postgres_server, url)
 
 
+_CLAIMED = "SELECT count(*) FROM queue_message WHERE queue_id = $1 AND state = 2"
+_READY = "SELECT count(*) FROM queue_message WHERE queue_id = $1 AND state = 1"
+
+
+def _claim(queue_id: uuid.UUID, limit: int) -> str:
+    return f"SELECT * FROM retsu_dequeue('{queue_id}', {limit}, 30, 100, 'test', 'plan')"
+
+
 async def claim_blocks(url: str, queue_id: uuid.UUID, limit: int) -> tuple[int, int]:
     """Buffers one claim touches, and how many messages it claimed (rolled back)."""
     connection = await asyncpg.connect(plain_url(url))
     try:
-        transaction = connection.transaction()
-        await transaction.start()
-        try:
-            call = f"SELECT * FROM retsu_dequeue('{queue_id}', {limit}, 30, 100, 'test', 'plan')"
-            # Once first, undone: the session's first call also reads the catalog to plan
-            # the function's statements (cached for the session, like a pooled connection's).
-            await connection.execute("SAVEPOINT warm")
-            await connection.execute(call)
-            await connection.execute("ROLLBACK TO SAVEPOINT warm")
-            raw = await connection.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {call}")
-            claimed = await connection.fetchval(
-                "SELECT count(*) FROM queue_message WHERE queue_id = $1 AND state = 2", queue_id
-            )
-        finally:
-            await transaction.rollback()
+        call = _claim(queue_id, limit)
+        return await buffers_touched(
+            connection, call, then=_CLAIMED, then_args=[queue_id], warm=[call]
+        )
     finally:
         await connection.close()
-    root = json.loads(raw)[0]["Plan"]
-    return int(root["Shared Hit Blocks"]) + int(root["Shared Read Blocks"]), int(claimed)
 
 
 @pytest.mark.parametrize("limit", [1, 10])
@@ -136,35 +131,26 @@ async def ack_blocks(url: str, queue_id: uuid.UUID, limit: int) -> tuple[int, in
     """Buffers one acknowledgement of ``limit`` fresh claims touches (migration 0015's one
     statement: the deletion, each lane's next member promoted, the group rows and counters),
     and how many heads it left READY (rolled back)."""
+    claim = _claim(queue_id, limit)
+    ack = (
+        f"SELECT * FROM retsu_acknowledge('{queue_id}', "
+        "(SELECT array_agg(id) FROM queue_message WHERE queue_id = $1 AND state = 2), "
+        "(SELECT array_agg(receipt_handle) FROM queue_message "
+        "WHERE queue_id = $1 AND state = 2))"
+    )
     connection = await asyncpg.connect(plain_url(url))
     try:
-        transaction = connection.transaction()
-        await transaction.start()
-        try:
-            claim = f"SELECT * FROM retsu_dequeue('{queue_id}', {limit}, 30, 100, 'test', 'plan')"
-            ack = (
-                f"SELECT * FROM retsu_acknowledge('{queue_id}', "
-                "(SELECT array_agg(id) FROM queue_message WHERE queue_id = $1 AND state = 2), "
-                "(SELECT array_agg(receipt_handle) FROM queue_message "
-                "WHERE queue_id = $1 AND state = 2))"
-            )
-            await connection.execute("SAVEPOINT warm")
-            await connection.execute(claim)
-            await connection.execute(ack.replace("$1", f"'{queue_id}'"))
-            await connection.execute("ROLLBACK TO SAVEPOINT warm")
-            await connection.execute(claim)
-            raw = await connection.fetchval(
-                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {ack}", queue_id
-            )
-            heads = await connection.fetchval(
-                "SELECT count(*) FROM queue_message WHERE queue_id = $1 AND state = 1", queue_id
-            )
-        finally:
-            await transaction.rollback()
+        return await buffers_touched(
+            connection,
+            ack,
+            queue_id,
+            then=_READY,
+            then_args=[queue_id],
+            warm=[claim, ack.replace("$1", f"'{queue_id}'")],
+            before=[claim],
+        )
     finally:
         await connection.close()
-    root = json.loads(raw)[0]["Plan"]
-    return int(root["Shared Hit Blocks"]) + int(root["Shared Read Blocks"]), int(heads)
 
 
 @pytest.mark.parametrize("limit", [1, 10])

@@ -7,8 +7,11 @@ Built as the containers build them, minus telemetry and long-poll announcements:
 from __future__ import annotations
 
 import importlib.util
+import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -83,3 +86,39 @@ async def set_read_only(database_url: str, read_only: bool) -> None:
         await admin.execute(f'ALTER DATABASE "{name}" {change}')
     finally:
         await admin.close()
+
+
+async def buffers_touched(
+    connection: asyncpg.Connection,
+    statement: str,
+    *args: object,
+    then: str,
+    then_args: Sequence[object] = (),
+    warm: Sequence[str] = (),
+    before: Sequence[str] = (),
+) -> tuple[int, Any]:
+    """The buffers ``statement`` touches, and ``then``'s value right after it, all in one
+    transaction rolled back.
+
+    ``EXPLAIN (ANALYZE, BUFFERS)`` of a PL/pgSQL call counts every buffer its nested
+    statements touch, though it cannot show their plans. ``warm`` runs first and is undone
+    (a session's first call also reads the catalog to plan the function's statements, cached
+    for the session like a pooled connection's); ``before`` runs and stays for ``statement``.
+    """
+    transaction = connection.transaction()
+    await transaction.start()
+    try:
+        await connection.execute("SAVEPOINT warm")
+        for sql in warm:
+            await connection.execute(sql)
+        await connection.execute("ROLLBACK TO SAVEPOINT warm")
+        for sql in before:
+            await connection.execute(sql)
+        raw = await connection.fetchval(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", *args
+        )
+        value = await connection.fetchval(then, *then_args)
+    finally:
+        await transaction.rollback()
+    root = json.loads(raw)[0]["Plan"]
+    return int(root["Shared Hit Blocks"]) + int(root["Shared Read Blocks"]), value
