@@ -51,6 +51,7 @@ def compile_for_asyncpg(statement: sa.TextClause) -> Compiled:
 @dataclass(frozen=True)
 class Statements:
     enqueue: Compiled
+    enqueue_one: Compiled
     dequeue: Compiled
     acknowledge: Compiled
     server_settings: dict[str, str]
@@ -64,6 +65,7 @@ class Statements:
 
         return cls(
             enqueue=compile_for_asyncpg(messages._ENQUEUE),
+            enqueue_one=compile_for_asyncpg(messages._ENQUEUE_ONE),
             dequeue=compile_for_asyncpg(messages._DEQUEUE),
             acknowledge=compile_for_asyncpg(messages._ACKNOWLEDGE),
             server_settings={
@@ -99,6 +101,7 @@ class FloorOps:
         s = system.statements
         self._enqueue_sql = s.enqueue.sql
         self._enqueue = s.enqueue
+        self._enqueue_one = s.enqueue_one
         self._dequeue_sql = s.dequeue.sql
         self._ack = s.acknowledge
         self._dequeue_one = s.dequeue.args(
@@ -120,17 +123,18 @@ class FloorOps:
         self._batch_priorities = [PRIORITY_VALUES[i % 3] for i in range(system.batch_size)]
 
     async def enqueue(self, index: int) -> int:
-        args = self._enqueue.args(
+        # One message: the statement the API sends for one (its values as scalars).
+        args = self._enqueue_one.args(
             queue_id=self._queue_id,
-            ids=[_new_id()],
-            payloads=[self._body],
-            priorities=[PRIORITY_VALUES[index % 3]],
-            ttls=[DEFAULT_TTL_SECONDS],
-            delays=[0],
-            groups=None,
-            schedule_ids=None,
+            id=_new_id(),
+            payload=self._body,
+            priority=PRIORITY_VALUES[index % 3],
+            ttl=DEFAULT_TTL_SECONDS,
+            delay=0,
+            group=None,
+            schedule_id=None,
         )
-        await self._pool.execute(self._enqueue_sql, *args)
+        await self._pool.execute(self._enqueue_one.sql, *args)
         return 1
 
     async def enqueue_batch(self) -> int:

@@ -33,7 +33,7 @@ from tests.contract.repository_contract import (
     message,
     new_queue,
 )
-from tests.support.postgres import PostgresStorage
+from tests.support.postgres import PostgresStorage, assert_message_invariants
 from tests.support.timeshift import shift
 
 pytestmark = pytest.mark.integration
@@ -125,8 +125,10 @@ class TestPostgresRepository(RepositoryContract):
     KNOWN_GAPS: dict[str, str] = {}
 
     @pytest.fixture
-    def harness(self, engine: AsyncEngine) -> PostgresHarness:
-        return PostgresHarness(engine)
+    async def harness(self, engine: AsyncEngine) -> AsyncIterator[PostgresHarness]:
+        harness = PostgresHarness(engine)
+        yield harness
+        await assert_message_invariants(engine, harness.queues.queue_ids)
 
 
 # -- PostgreSQL only: races, storage details the port cannot see ---------------------

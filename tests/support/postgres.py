@@ -122,3 +122,23 @@ async def buffers_touched(
         await transaction.rollback()
     root = json.loads(raw)[0]["Plan"]
     return int(root["Shared Hit Blocks"]) + int(root["Shared Read Blocks"]), value
+
+
+# What migration 0017 dropped as table CHECKs (two columns each, so no domain could hold
+# them): the functions keep both; the PostgreSQL contract suite asserts them after each
+# test on the queues it created.
+_BROKEN_INVARIANTS = """
+SELECT id, state, receipt_handle, enqueued_at, expires_at FROM queue_message
+WHERE queue_id = ANY ($1::uuid[])
+  AND (expires_at <= enqueued_at OR (state = 2 AND receipt_handle IS NULL))
+LIMIT 5
+"""
+
+
+async def assert_message_invariants(engine: AsyncEngine, queue_ids: Sequence[Any]) -> None:
+    """No message of ``queue_ids`` expires at or before its enqueue, and every IN_FLIGHT
+    message has a receipt handle."""
+    async with engine.connect() as connection:
+        raw = await connection.get_raw_connection()
+        broken = await raw.driver_connection.fetch(_BROKEN_INVARIANTS, list(queue_ids))
+    assert not broken, f"messages breaking migration 0017's dropped CHECKs: {broken}"

@@ -265,7 +265,8 @@ class PostgresQueues:
     async def delete_queue(self, queue_id: UUID, audit: AuditEntry) -> bool:
         async def delete(connection: AsyncConnection) -> bool:
             # Lock the queue first: from here on no enqueue, dead-lettering or redrive of
-            # this queue can start (their foreign-key check waits, then fails).
+            # this queue can start (``retsu_enqueue``'s KEY SHARE lock on the row, and the
+            # dead letters' foreign-key check, wait, then find it gone).
             row = (
                 await connection.execute(
                     sa.select(queue.c.name).where(queue.c.id == queue_id).with_for_update()
@@ -273,8 +274,8 @@ class PostgresQueues:
             ).one_or_none()
             if row is None:
                 return False
-            # Messages and dead letters go explicitly, before the queue row, so their
-            # rollup triggers decrement the counters; then the counter rows themselves.
+            # Messages and dead letters go explicitly, before the queue row (messages have
+            # no foreign key to cascade from since migration 0017); then the counter rows.
             messages = await connection.execute(
                 sa.delete(queue_message).where(queue_message.c.queue_id == queue_id)
             )
