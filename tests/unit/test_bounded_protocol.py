@@ -82,7 +82,10 @@ async def test_uvicorns_protocol_is_built_as_uvicorn_asks_and_driven_as_a_protoc
         "app_state": {},
         "_loop": None,
     }
-    connection.inner.connection_made.assert_called_once_with(connection.transport)
+    # uvicorn's protocol writes through the coalescing wrapper of the connection's transport.
+    ((given,), _) = connection.inner.connection_made.call_args
+    assert isinstance(given, serving.CoalescingTransport)
+    assert given is connection.protocol.transport
     connection.send(GET, GET[:10], GET[10:])
     assert connection.forwarded == GET * 2
     connection.protocol.pause_writing()
@@ -164,3 +167,62 @@ async def test_bytes_the_parser_refuses_go_to_uvicorn_which_answers_them() -> No
     connection.send(b"GET / HTTP/1.1\r\nhost x\r\n\r\n", b"more")
     assert connection.forwarded == b"GET / HTTP/1.1\r\nhost x\r\n\r\nmore"
     assert connection.transport.written == b"" and not connection.transport.closed
+
+
+class CountingTransport(Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+        super().write(data)
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def test_the_writes_of_one_turn_go_out_as_one() -> None:
+    inner = CountingTransport()
+    transport = serving.CoalescingTransport(inner, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+    transport.write(b"")
+    transport.writelines([b"a", bytearray(b"b")])
+    assert inner.writes == []  # nothing sent within the turn
+    assert transport.get_write_buffer_size() == 29
+    await asyncio.sleep(0)
+    assert inner.writes == [b"HTTP/1.1 204 No Content\r\n\r\nab"]
+    transport.write(b"next")
+    await asyncio.sleep(0)
+    assert inner.writes[1:] == [b"next"]  # a later turn: a write of its own
+
+
+async def test_close_sends_what_is_pending_first_and_abort_drops_it() -> None:
+    loop = asyncio.get_running_loop()
+    inner = CountingTransport()
+    transport = serving.CoalescingTransport(inner, loop)
+    transport.write(b"last answer")
+    transport.close()
+    assert inner.writes == [b"last answer"] and inner.closed
+    await asyncio.sleep(0)  # the scheduled flush finds nothing more to send
+    assert inner.writes == [b"last answer"]
+    dropped = CountingTransport()
+    transport = serving.CoalescingTransport(dropped, loop)
+    transport.write(b"never")
+    transport.abort()
+    await asyncio.sleep(0)
+    assert dropped.writes == [] and dropped.aborted
+
+
+async def test_nothing_is_written_to_a_transport_already_closing() -> None:
+    inner = CountingTransport()
+    transport = serving.CoalescingTransport(inner, asyncio.get_running_loop())
+    transport.write(b"too late")
+    inner.closed = True  # the peer went away in between
+    await asyncio.sleep(0)
+    assert inner.writes == []

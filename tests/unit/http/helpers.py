@@ -38,6 +38,7 @@ async def raw_request(
     path: str,
     headers: Sequence[tuple[bytes, bytes]],
     chunks: Sequence[bytes],
+    query: bytes = b"",
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     """Call the ASGI app directly, streaming the body in chunks (no Content-Length needed)."""
     messages = [
@@ -66,7 +67,7 @@ async def raw_request(
         "path": path,
         "raw_path": path.encode(),
         "root_path": "",
-        "query_string": b"",
+        "query_string": query,
         "headers": [(b"host", b"testserver"), *headers],
         "client": ("127.0.0.1", 1234),
         "server": ("testserver", 80),

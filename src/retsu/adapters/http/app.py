@@ -34,6 +34,7 @@ from retsu.adapters.http.auth import (
 )
 from retsu.adapters.http.console import ConsoleConfig, console_handlers, console_templates
 from retsu.adapters.http.cursors import Cursors
+from retsu.adapters.http.hot_routes import HotRoutes
 from retsu.adapters.http.middleware import instrument_asgi
 from retsu.adapters.http.openapi import (
     StrictStructSchemaPlugin,
@@ -144,6 +145,7 @@ def create_app(
     bearer = auth is not None and auth.enabled
     # The operator console (adapters/http/console): its own router, pages and errors.
     console_routes = console_handlers(console, options_handlers) if console is not None else []
+    exception_handlers = {**EXCEPTION_HANDLERS, ScopeRefused: refused_scope}
     app = Litestar(
         # Ours first: Litestar adds its own OPTIONS to a path that has none yet.
         route_handlers=[*options_handlers(handlers), *handlers, *console_routes],
@@ -152,7 +154,7 @@ def create_app(
         request_class=JsonRequest,
         type_decoders=TYPE_DECODERS,
         before_request=check_request_rules,
-        exception_handlers={**EXCEPTION_HANDLERS, ScopeRefused: refused_scope},
+        exception_handlers=exception_handlers,
         # Each route's declared scopes against the token's (adapters/http/auth.py).
         guards=[scope_guard] if auth_enabled else [],
         on_startup=list(on_startup),
@@ -166,6 +168,10 @@ def create_app(
         request_max_body_size=MAX_BODY_BYTES,
     )
     declare_security(app, bearer=bearer)
+    # The hot message routes of the common shape, in front of Litestar's router
+    # (hot_routes.py); everything else, and every refusal, is Litestar's.
+    if "messages" in services:
+        app.asgi_handler = HotRoutes(app.asgi_handler, services["messages"], exception_handlers)
     # Bearer-token auth (adapters/http/auth.py) sits inside the request-id and metrics
     # layers, so a 401/403 carries x-request-id and is counted. Not installed when off.
     if auth is not None and auth_enabled:

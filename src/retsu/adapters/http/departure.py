@@ -39,7 +39,7 @@ from typing import Any
 from litestar import Request
 from litestar.types import Receive
 
-__all__ = ["client_departure"]
+__all__ = ["client_departure", "departure_of"]
 
 
 async def _watch(receive: Receive, gone: asyncio.Event) -> None:
@@ -56,8 +56,16 @@ async def client_departure(request: Request[Any, Any, Any]) -> AsyncIterator[asy
     """An event set once the request's client disconnects, while the block runs (it fits
     the application's ``ClientGone``)."""
     await request.body()  # read whole (cached: the route parsed its data from it)
+    async with departure_of(request.receive) as gone:
+        yield gone
+
+
+@contextlib.asynccontextmanager
+async def departure_of(receive: Receive) -> AsyncIterator[asyncio.Event]:
+    """The same for a request whose body was already read whole from ``receive`` (the hot
+    routes, adapters/http/hot_routes.py)."""
     gone = asyncio.Event()
-    watcher = asyncio.ensure_future(_watch(request.receive, gone))
+    watcher = asyncio.ensure_future(_watch(receive, gone))
     try:
         yield gone
     finally:

@@ -39,7 +39,7 @@ from litestar.enums import ParamType
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import ParameterKwarg
-from litestar.types import Empty
+from litestar.types import Empty, Receive, ReceiveMessage
 
 from retsu.adapters.http.json_keys import KeyCheck
 
@@ -48,11 +48,13 @@ __all__ = [
     "ClientDisconnected",
     "JsonRequest",
     "RequestProblem",
+    "StrictBody",
     "check_request_rules",
     "declared_parameters",
     "invalid_json",
     "is_json_media_type",
     "parameter_code",
+    "read_body",
     "unsupported_media_type",
 ]
 
@@ -120,12 +122,67 @@ def _without_none(annotation: Any) -> Any:
     return annotation
 
 
-def _body_decoder(handler: HTTPRouteHandler) -> tuple[msgspec.json.Decoder[Any], KeyCheck]:
-    decoder: tuple[msgspec.json.Decoder[Any], KeyCheck] | None = handler.opt.get(_DECODER_KEY)
+class StrictBody:
+    """A route's body rules: decoded strictly into ``kind``, a key repeated in one object
+    refused; either way ``400 invalid_json`` (``RequestProblem``)."""
+
+    __slots__ = ("_decoder", "_keys")
+
+    def __init__(self, kind: Any) -> None:
+        self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(kind)
+        self._keys = KeyCheck(kind)
+
+    def decode(self, body: bytes) -> Any:
+        try:
+            value = self._decoder.decode(body)
+        except msgspec.ValidationError as error:
+            raise invalid_json(
+                f"The request body does not fit this route: {_short(error)}."
+            ) from None
+        except msgspec.DecodeError as error:
+            raise invalid_json(f"The request body is not valid JSON: {_short(error)}.") from None
+        repeated = self._keys.repeated(body, value)
+        if repeated is not None:
+            # Which of the two values counts is each parser's guess.
+            raise invalid_json(f"The request body repeats the key {_short_text(repeated)!r}.")
+        return value
+
+
+def _body_decoder(handler: HTTPRouteHandler) -> StrictBody:
+    decoder: StrictBody | None = handler.opt.get(_DECODER_KEY)
     if decoder is None:
         kind = _without_none(handler.parsed_fn_signature.parameters["data"].annotation)
-        decoder = handler.opt[_DECODER_KEY] = (msgspec.json.Decoder(kind), KeyCheck(kind))
+        decoder = handler.opt[_DECODER_KEY] = StrictBody(kind)
     return decoder
+
+
+async def read_body(
+    receive: Receive, length: bytes | None, arrived: list[ReceiveMessage] | None = None
+) -> bytes:
+    """A request's whole body from ``receive``, at most ``MAX_BODY_BYTES``: else
+    ``RequestEntityTooLarge`` (announced by ``length``, the Content-Length header, or
+    streamed); ``ClientDisconnected`` when the client leaves first. ``arrived`` keeps the
+    messages as they were received."""
+    # A malformed length is the server's to refuse; the stream limit still holds.
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise RequestEntityTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if arrived is not None:
+            arrived.append(message)
+        if message["type"] != "http.request":
+            raise ClientDisconnected
+        chunk: bytes = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise RequestEntityTooLarge
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class ClientDisconnected(Exception):
@@ -146,28 +203,13 @@ class JsonRequest(Request[Any, Any, Any]):
         """
         if self._body is not Empty:
             return self._body
+        length = None
         for name, value in self.scope["headers"]:
             if name == b"content-length":
-                # A malformed length is the server's to refuse; the stream limit still holds.
-                if value.isdigit() and int(value) > MAX_BODY_BYTES:
-                    raise RequestEntityTooLarge
+                length = value
                 break
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientDisconnected
-            chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
-            if chunk:
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise RequestEntityTooLarge
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        self._body = await read_body(self.receive, length)
         self.is_connected = False
-        self._body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return self._body
 
     async def json(self) -> Any:
@@ -177,21 +219,9 @@ class JsonRequest(Request[Any, Any, Any]):
                 content_type = value  # sent twice: the last one counts
         if content_type is None or not is_json_media_type(content_type):
             raise unsupported_media_type()
-        decoder, keys = _body_decoder(self.route_handler)
+        decoder = _body_decoder(self.route_handler)
         body = await self.body()  # 413 past request_max_body_size, announced or streamed
-        try:
-            value = decoder.decode(body)
-        except msgspec.ValidationError as error:
-            raise invalid_json(
-                f"The request body does not fit this route: {_short(error)}."
-            ) from None
-        except msgspec.DecodeError as error:
-            raise invalid_json(f"The request body is not valid JSON: {_short(error)}.") from None
-        repeated = keys.repeated(body, value)
-        if repeated is not None:
-            # Which of the two values counts is each parser's guess.
-            raise invalid_json(f"The request body repeats the key {_short_text(repeated)!r}.")
-        return value
+        return decoder.decode(body)
 
 
 # -- parameters ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 from litestar import Request, Response, post
 from litestar.params import JSONBody
@@ -47,7 +48,14 @@ from retsu.application.messages import (
 )
 from retsu.domain.dequeue import MAX_MESSAGES, WAIT_SECONDS, DequeueOptions
 from retsu.domain.errors import IdempotencyKeyConflict, InvalidInput, StaleReceiptHandle
-from retsu.domain.message import MESSAGE_DELAY, MESSAGE_TTL, VISIBILITY_CHANGE, NewMessage, Receipt
+from retsu.domain.message import (
+    MESSAGE_DELAY,
+    MESSAGE_TTL,
+    VISIBILITY_CHANGE,
+    DeliveredMessage,
+    NewMessage,
+    Receipt,
+)
 from retsu.domain.queue import VISIBILITY_TIMEOUT
 
 MESSAGES = QUEUE + "/messages"
@@ -75,6 +83,46 @@ def _check_batch_size(size: int) -> None:
 def _new_message(body: MessageBody) -> NewMessage:
     return NewMessage.parse(
         body.payload, body.priority, body.ttl_seconds, body.delay_seconds, body.group
+    )
+
+
+# The translations below are the routes' own, shared by the Litestar handlers and by the
+# hot path in front of them (adapters/http/hot_routes.py), so each is written once.
+
+
+def enqueue_command(queue_id: UUID, body: MessageBody) -> EnqueueCommand:
+    """One message without an Idempotency-Key (``InvalidInput`` when a field is refused)."""
+    return EnqueueCommand(queue_id=queue_id, messages=(_new_message(body),))
+
+
+def dequeue_options(data: DequeueBody | None) -> DequeueOptions:
+    """The dequeue's options from its optional body (``InvalidInput`` out of range)."""
+    if data is None:
+        return _DEFAULT_DEQUEUE
+    return DequeueOptions(
+        wait_seconds=0 if data.wait_seconds is None else data.wait_seconds,
+        visibility_timeout_seconds=data.visibility_timeout_seconds,
+        max_messages=data.max_messages,
+    )
+
+
+def dequeue_answer(
+    options: DequeueOptions, delivered: Sequence[DeliveredMessage]
+) -> MessageOut | MessagesOut | None:
+    """What a dequeue answers: the list when ``max_messages`` was given, else the one
+    message, or None (``204``) when there is none."""
+    if options.max_messages is not None:
+        return MessagesOut(messages=[message_out(m) for m in delivered])
+    if not delivered:
+        return None
+    return message_out(delivered[0])
+
+
+def acknowledge_command(
+    queue_id: UUID, message_id: UUID, data: AcknowledgeBody
+) -> AcknowledgeCommand:
+    return AcknowledgeCommand(
+        queue_id=queue_id, receipts=(Receipt(message_id, data.receipt_handle, data.result),)
     )
 
 
@@ -112,13 +160,12 @@ async def enqueue_message(
     request: Request[Any, Any, Any],
 ) -> Response[IdOut]:
     idempotency_key = idempotency_key_of(request)
-    message = _new_message(data)
     if idempotency_key is None:
-        ids = await messages.enqueue(EnqueueCommand(queue_id=queue_id, messages=(message,)))
+        ids = await messages.enqueue(enqueue_command(queue_id, data))
         return Response(IdOut(id=ids[0]), status_code=201)
     result = await messages.enqueue_idempotent(
         EnqueueIdempotentCommand(
-            queue_id=queue_id, message=message, idempotency_key=idempotency_key
+            queue_id=queue_id, message=_new_message(data), idempotency_key=idempotency_key
         )
     )
     if result.replayed:
@@ -176,14 +223,7 @@ async def dequeue_messages(
     data: JSONBody[DequeueBody | None] = None,
 ) -> Response[MessageOut | MessagesOut]:
     consumer = consumer_of(request)
-    if data is None:
-        options = _DEFAULT_DEQUEUE
-    else:
-        options = DequeueOptions(
-            wait_seconds=0 if data.wait_seconds is None else data.wait_seconds,
-            visibility_timeout_seconds=data.visibility_timeout_seconds,
-            max_messages=data.max_messages,
-        )
+    options = dequeue_options(data)
     # A client that goes away stops a long poll, and what was claimed for it is given back
     # (SPEC §3.1; what cannot be told: departure.py).
     async with client_departure(request) as gone:
@@ -192,11 +232,8 @@ async def dequeue_messages(
         )
     if not delivered and gone.is_set():
         raise ClientDisconnected  # 499, a DEBUG line: nobody reads this answer
-    if options.max_messages is not None:
-        return Response(MessagesOut(messages=[message_out(m) for m in delivered]))
-    if not delivered:
-        return _NO_CONTENT
-    return Response(message_out(delivered[0]))
+    answer = dequeue_answer(options, delivered)
+    return _NO_CONTENT if answer is None else Response(answer)
 
 
 @post(
@@ -215,12 +252,7 @@ async def acknowledge_message(
     data: JSONBody[AcknowledgeBody],
     messages: Messages,
 ) -> None:
-    await messages.acknowledge(
-        AcknowledgeCommand(
-            queue_id=queue_id,
-            receipts=(Receipt(message_id, data.receipt_handle, data.result),),
-        )
-    )
+    await messages.acknowledge(acknowledge_command(queue_id, message_id, data))
 
 
 @post(
