@@ -69,6 +69,9 @@ class _ApiProcess(multiprocess.Process):
         # they take seconds, and an unanswered ping gets a starting process killed.
         self.listening = threading.Event()
         threading.Thread(target=self.always_pong, daemon=True).start()
+        from retsu.entrypoints.lean import refuse_unused_imports
+
+        refuse_unused_imports()  # a spawned process begins afresh (lean.py)
         from retsu import __version__
         from retsu.adapters.telemetry.logging import configure_logging
         from retsu.entrypoints.api import run_api

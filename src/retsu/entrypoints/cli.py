@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from retsu import __version__
+from retsu.entrypoints.lean import refuse_unused_imports
 from retsu.entrypoints.workers import UnknownWorker, check_worker, worker_modules
 
 log = logging.getLogger("retsu")
@@ -66,6 +67,7 @@ def _list_workers(module: str | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    refuse_unused_imports()  # before anything imports the injector (lean.py)
     args = build_parser().parse_args(argv)
 
     if args.role == "worker":

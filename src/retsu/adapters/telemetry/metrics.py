@@ -111,6 +111,7 @@ class Metrics:
         self._http_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self._enqueued_children: dict[tuple[str, Priority], Counter] = {}
         self._acknowledged_children: dict[str, Counter] = {}
+        self._cache_children: dict[tuple[str, bool], Counter] = {}
         r = self.registry
 
         # -- HTTP -------------------------------------------------------------
@@ -387,7 +388,13 @@ class Metrics:
 
     def cache_request(self, cache_name: str, *, hit: bool) -> None:
         """``cache_name`` is ``queue_names`` or ``queue_details``."""
-        self._cache_requests.labels(cache_name, "hit" if hit else "miss").inc()
+        key = (cache_name, hit)
+        child = self._cache_children.get(key)
+        if child is None:
+            child = self._cache_children[key] = self._cache_requests.labels(
+                cache_name, "hit" if hit else "miss"
+            )
+        child.inc()
 
     def cache_loaded(self, cache_name: str, outcome: str, duration_seconds: float) -> None:
         """``outcome`` is ``success``, ``not_found`` or ``error``."""
