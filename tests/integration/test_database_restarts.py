@@ -480,6 +480,24 @@ async def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> 
         await asyncio.sleep(0.01)
 
 
+async def queue_row(database: str) -> uuid.UUID:
+    """A queue of the database (a waiting poll's queue_waiter row names a real queue, and
+    an announcement reaches another process only through that row)."""
+    connection = await asyncpg.connect(plain_url(database))
+    try:
+        queue_id = uuid7()
+        await connection.execute(
+            "INSERT INTO queue (id, name, visibility_timeout_seconds, max_delivery_attempts, "
+            "default_message_ttl_seconds, paused, created_at, updated_at) "
+            "VALUES ($1, $2, 30, 5, 3600, false, now(), now())",
+            queue_id,
+            f"listen-{queue_id}",
+        )
+    finally:
+        await connection.close()
+    return queue_id
+
+
 async def test_a_killed_listen_session_reconnects_and_wakes_its_waiters(
     database: str, application_name: str
 ) -> None:
@@ -487,7 +505,7 @@ async def test_a_killed_listen_session_reconnects_and_wakes_its_waiters(
     announcer = PostgresMessageSignals(database, application_name=f"{application_name}-other")
     await listener.start()
     await announcer.start()
-    queue_id = uuid7()
+    queue_id = await queue_row(database)
     try:
         with listener.watch(queue_id) as waiting:
             # A first wait registers the queue (queue_waiter), then is woken to claim once
@@ -520,7 +538,7 @@ async def test_the_listen_connection_rides_out_a_restart_with_backoff(database: 
     announcer = PostgresMessageSignals(database, application_name="retsu-restart-announcer")
     await listener.start()
     await announcer.start()
-    queue_id = uuid7()
+    queue_id = await queue_row(database)
     try:
         assert listener.listening
         attempts = proxy.connections

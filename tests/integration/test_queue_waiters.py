@@ -169,3 +169,78 @@ async def test_a_deleted_queue_takes_its_rows_and_a_missing_one_is_no_error(
         await asyncio.sleep(REFRESH * 3)  # refreshes: the gone queue is not written again
         assert await rows(sql, queue_id) == [] and await rows(sql, missing) == []
     assert signals.connections == 1 and signals.listening
+
+
+@pytest.fixture
+async def other(database_url: str) -> AsyncIterator[PostgresMessageSignals]:
+    """A second API process's signals."""
+    signals = PostgresMessageSignals(
+        database_url,
+        application_name=f"retsu-waiters-{uuid.uuid4().hex[:10]}",
+        waiter_refresh_seconds=REFRESH,
+        waiter_linger_seconds=LINGER,
+    )
+    await signals.start()
+    yield signals
+    await signals.stop()
+
+
+@pytest.fixture
+async def heard(database_url: str) -> AsyncIterator[asyncio.Queue[str]]:
+    """Every notification on Retsu's channel, as a bystander session hears it."""
+    connection = await asyncpg.connect(libpq_url(database_url))
+    payloads: asyncio.Queue[str] = asyncio.Queue()
+    await connection.add_listener("retsu_messages", lambda *args: payloads.put_nowait(args[3]))
+    yield payloads
+    await connection.close()
+
+
+async def _heard_within(payloads: asyncio.Queue[str], wanted: str, seconds: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while (left := deadline - asyncio.get_running_loop().time()) > 0:
+        try:
+            if await asyncio.wait_for(payloads.get(), left) == wanted:
+                return True
+        except TimeoutError:
+            return False
+    return False
+
+
+async def test_messages_are_announced_only_where_another_process_waits(
+    sql: asyncpg.Connection,
+    signals: PostgresMessageSignals,
+    other: PostgresMessageSignals,
+    heard: asyncio.Queue[str],
+) -> None:
+    queue_id = await new_queue(sql)
+    messages = f"{queue_id}:messages"
+    # Nobody waits anywhere: no notification (nobody would hear it).
+    signals.announce(queue_id)
+    assert not await _heard_within(heard, messages, 0.3)
+    # A poll of this process waits: woken here, still nothing sent.
+    with signals.watch(queue_id) as mine:
+        assert await mine.wait(30) is True  # registered, told to claim once more
+        waiting = asyncio.create_task(mine.wait(30))
+        await asyncio.sleep(0.05)
+        signals.announce(queue_id)
+        assert await asyncio.wait_for(waiting, 5) is True
+        assert not await _heard_within(heard, messages, 0.3)
+    # A poll of the other process waits: announced, and it wakes at once.
+    with other.watch(queue_id) as theirs:
+        assert await theirs.wait(30) is True
+        for _ in range(2):
+            waiting = asyncio.create_task(theirs.wait(30))
+            await asyncio.sleep(0.05)
+            began = asyncio.get_running_loop().time()
+            signals.announce(queue_id)
+            assert await asyncio.wait_for(waiting, 5) is True
+            assert asyncio.get_running_loop().time() - began < 0.5
+        assert await _heard_within(heard, messages, 1)
+
+
+async def test_a_change_of_the_queue_itself_is_always_announced(
+    sql: asyncpg.Connection, signals: PostgresMessageSignals, heard: asyncio.Queue[str]
+) -> None:
+    queue_id = await new_queue(sql)
+    signals.announce(queue_id, queue_changed=True)
+    assert await _heard_within(heard, str(queue_id), 2)
