@@ -194,8 +194,34 @@ class LanesContract:
         await q.send(*(grouped(f"a{i}", "a") for i in range(50)))
         await q.send(*(grouped(f"b{i}", "b") for i in range(3)), grouped("plain", None))
         taken = await payloads(q, 8)
-        assert taken[:3] == ["a0", "b0", "plain"]
-        assert sorted(taken[3:]) == ["a1", "a2", "a3", "b1", "b2"]
+        # Heads first, then each lane's followers round by round (the n-th of every lane).
+        assert taken == ["a0", "b0", "plain", "a1", "b1", "a2", "b2", "a3"]
+
+    async def test_the_lanes_a_claim_served_first_wait_first_in_the_next(
+        self, harness: RepositoryHarness
+    ) -> None:
+        """b0 is enqueued before a0, a0 goes first (its priority): the next messages of
+        both, of one priority, are served in the order their groups were."""
+        q = await flow(harness)
+        await q.send(grouped("b0", "b"))
+        await q.send(grouped("a0", "a", Priority.HIGH))
+        await q.send(grouped("b1", "b"), grouped("a1", "a"))
+        first = (await claim(q, 2)).messages
+        assert [m.payload for m in first] == ["a0", "b0"]
+        await q.ack(*first)
+        assert await payloads(q, 2) == ["a1", "b1"]
+
+    async def test_wide_lanes_a_claim_served_first_wait_first_in_the_next(
+        self, harness: RepositoryHarness
+    ) -> None:
+        """a0 is enqueued before all of b, the rest of a after b: a1 is delivered in b0's
+        round, before b1, so a's next waits from an earlier delivery than b's."""
+        q = await flow(harness, group_max_in_flight=1000)
+        await q.send(grouped("a0", "a"))
+        await q.send(*(grouped(f"b{i}", "b") for i in range(10)))
+        await q.send(*(grouped(f"a{i}", "a") for i in range(1, 10)))
+        assert await payloads(q, 4) == ["a0", "b0", "a1", "b1"]
+        assert await payloads(q, 2) == ["a2", "b2"]
 
     async def test_a_higher_priority_head_goes_first(self, harness: RepositoryHarness) -> None:
         q = await flow(harness)
