@@ -43,7 +43,8 @@ The two constraints across columns (``expires_at > enqueued_at``; an IN_FLIGHT r
 receipt handle) cannot be domains; they are dropped. Only Retsu's functions write these
 columns: the lifetime is at least 1 s (checked by the API, the SQL interface and the
 function's own delay test) and every claim sets a fresh handle. The contract tests assert
-both on every table they leave behind (``tests/support/invariants.py``).
+both on every table they leave behind (``assert_message_invariants`` in
+``tests/support/postgres.py``).
 
 **3. One statement for an enqueue without groups.** ``retsu_enqueue`` read the queue's row,
 then tested the batch for groups with a subquery, then stored and counted, then built its
@@ -55,6 +56,16 @@ code they took before.
 
 Measured together (same harness, three alternating pairs): 280–289 → 252–261 µs of
 PostgreSQL CPU a single enqueue (−10 %; the SQL floor 4,104–4,255 → 4,526–4,572 msg/s).
+
+**What the upgrade costs on a large table.** The column changes take ACCESS EXCLUSIVE on
+both tables, but rewrite neither: the domains get their rules only after the columns moved
+onto them (a domain with a CHECK makes PostgreSQL rewrite the table). PostgreSQL still
+rebuilds, under that lock, every index of ``queue_message`` whose key or predicate names a
+changed column (11 of its 13; the primary key and ``enqueue_order``'s are kept), so the
+pause grows with the stored messages. Measured on 500,000 ready messages (274 MB): 1.4 s
+(2.6 s with the domains' rules given at creation, which rewrote the table). Then
+``ANALYZE`` restores the statistics the type change dropped (docs/operations.md, "Rollout
+order"; ``tests/integration/test_migration_0017.py``).
 
 Tried and left out: sending the enqueue's one statement itself instead of calling the
 function (another −35 µs, but behind a transaction pooler, where nothing is prepared, the
@@ -74,18 +85,19 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
+# The domains are created without their rules and the columns moved onto them first: a
+# column's type changing to a domain over the same base type without constraints is binary
+# coercible, so PostgreSQL keeps the table's files (a domain with a CHECK forces a rewrite
+# of the whole table under ACCESS EXCLUSIVE; seen with pg_relation_filenode). The rules come
+# after, NOT VALID: they hold for every value written from here on, and the rows already
+# stored were held to the same rules by the table CHECKs dropped in the same transaction.
 _DOMAINS = """
-CREATE DOMAIN retsu_counter AS bigint CONSTRAINT retsu_counter_never_negative CHECK (VALUE >= 0);
-CREATE DOMAIN retsu_shard_number AS smallint
-    CONSTRAINT retsu_shard_number_range CHECK (VALUE BETWEEN 0 AND 31);
-CREATE DOMAIN retsu_priority_level AS smallint
-    CONSTRAINT retsu_priority_level_range CHECK (VALUE BETWEEN 1 AND 3);
-CREATE DOMAIN retsu_state_code AS smallint
-    CONSTRAINT retsu_state_code_known CHECK (VALUE BETWEEN 1 AND 7);
-CREATE DOMAIN retsu_attempt_count AS integer
-    CONSTRAINT retsu_attempt_count_never_negative CHECK (VALUE >= 0);
-CREATE DOMAIN retsu_group_key AS text
-    CONSTRAINT retsu_group_key_length CHECK (length(VALUE) BETWEEN 1 AND 128);
+CREATE DOMAIN retsu_counter AS bigint;
+CREATE DOMAIN retsu_shard_number AS smallint;
+CREATE DOMAIN retsu_priority_level AS smallint;
+CREATE DOMAIN retsu_state_code AS smallint;
+CREATE DOMAIN retsu_attempt_count AS integer;
+CREATE DOMAIN retsu_group_key AS text;
 ALTER TABLE queue_state_rollup
     DROP CONSTRAINT queue_state_rollup_never_negative,
     DROP CONSTRAINT queue_state_rollup_shard_range,
@@ -107,7 +119,19 @@ ALTER TABLE queue_message
     ALTER COLUMN priority TYPE retsu_priority_level,
     ALTER COLUMN state TYPE retsu_state_code,
     ALTER COLUMN delivery_attempts TYPE retsu_attempt_count,
-    ALTER COLUMN group_key TYPE retsu_group_key
+    ALTER COLUMN group_key TYPE retsu_group_key;
+ALTER DOMAIN retsu_counter
+    ADD CONSTRAINT retsu_counter_never_negative CHECK (VALUE >= 0) NOT VALID;
+ALTER DOMAIN retsu_shard_number
+    ADD CONSTRAINT retsu_shard_number_range CHECK (VALUE BETWEEN 0 AND 31) NOT VALID;
+ALTER DOMAIN retsu_priority_level
+    ADD CONSTRAINT retsu_priority_level_range CHECK (VALUE BETWEEN 1 AND 3) NOT VALID;
+ALTER DOMAIN retsu_state_code
+    ADD CONSTRAINT retsu_state_code_known CHECK (VALUE BETWEEN 1 AND 7) NOT VALID;
+ALTER DOMAIN retsu_attempt_count
+    ADD CONSTRAINT retsu_attempt_count_never_negative CHECK (VALUE >= 0) NOT VALID;
+ALTER DOMAIN retsu_group_key
+    ADD CONSTRAINT retsu_group_key_length CHECK (length(VALUE) BETWEEN 1 AND 128) NOT VALID
 """
 
 # retsu_enqueue as migration 0010 left it: the queue's row first, then a branch for batches
@@ -222,6 +246,9 @@ def upgrade() -> None:
             definition = definition.replace(old, new)
         # exec_driver_sql: the text goes to PostgreSQL as it is (no bind parameters).
         bind.exec_driver_sql(definition)
+    # A column's type change drops its statistics (pg_statistic); without them the planner
+    # guesses for state, priority and group_key until autovacuum's next analyze.
+    op.execute("ANALYZE queue_message, queue_state_rollup")
 
 
 def downgrade() -> None:
