@@ -56,7 +56,11 @@ def connect_args(*, transaction_pooler: bool) -> dict[str, Any]:
 
 def test_direct_sessions_carry_the_planner_pins_and_cache_statements() -> None:
     args = connect_args(transaction_pooler=False)
-    assert args["server_settings"] == {**PLANNER_PINS, "application_name": "retsu-api"}
+    assert args["server_settings"] == {
+        **PLANNER_PINS,
+        "default_transaction_isolation": "read committed",
+        "application_name": "retsu-api",
+    }
     assert "statement_cache_size" not in args  # asyncpg's default cache
 
 

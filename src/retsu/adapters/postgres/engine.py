@@ -24,7 +24,18 @@ from retsu.adapters.postgres.hot_connections import HotConnections
 # instead of ~2,000/s). Switching those plan shapes off for Retsu's own sessions
 # makes the plan independent of statistics; see docs/performance.md.
 PLANNER_PINS = {"enable_seqscan": "off", "enable_bitmapscan": "off", "jit": "off"}
-SERVER_SETTINGS = {**PLANNER_PINS, "application_name": "retsu"}
+# Retsu's transactions are written for READ COMMITTED (a statement after a lock wait sees
+# what the waited-for transaction committed: a queue's deletion, which locks the queue's
+# row FOR UPDATE and then deletes its messages, sees the message a concurrent enqueue
+# committed; migration 0017 dropped the foreign key that also caught it). So a database
+# whose default is stricter does not change them: direct sessions start with it, and the
+# engine begins every transaction with it explicitly (which a transaction pooler passes).
+ISOLATION = "read committed"
+SERVER_SETTINGS = {
+    **PLANNER_PINS,
+    "default_transaction_isolation": ISOLATION,
+    "application_name": "retsu",
+}
 
 # The same pins for one transaction only (``SET LOCAL``), in one statement: what a
 # transaction-mode pooler allows where a session setting is refused (see create_engine).
@@ -251,6 +262,7 @@ def create_engine(
         max_overflow=0,
         pool_timeout=acquire_timeout_seconds,
         pool_recycle=3600,
+        isolation_level=ISOLATION.upper(),
         **options,
     )
     # Half the pool at most is kept by the hot statements; the rest always cycles
