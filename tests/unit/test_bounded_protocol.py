@@ -202,6 +202,24 @@ async def test_the_writes_of_one_turn_go_out_as_one() -> None:
     assert inner.writes[1:] == [b"next"]  # a later turn: a write of its own
 
 
+async def test_a_large_response_goes_out_as_it_is_written() -> None:
+    """Past FLUSH_AT pending bytes the write is sent at once: the transport's own flow
+    control (pause_writing on a full socket buffer) sees a large or streamed body as it
+    grows, not at the end of the turn."""
+    inner = CountingTransport()
+    transport = serving.CoalescingTransport(inner, asyncio.get_running_loop())
+    chunk = b"x" * (serving.CoalescingTransport.FLUSH_AT // 4)
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    for _ in range(4):
+        transport.write(chunk)
+    assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\n" + chunk * 4]
+    assert transport.get_write_buffer_size() == 0
+    transport.write(b"tail")
+    assert transport.get_write_buffer_size() == 4
+    await asyncio.sleep(0)
+    assert inner.writes[1:] == [b"tail"]
+
+
 async def test_close_sends_what_is_pending_first_and_abort_drops_it() -> None:
     loop = asyncio.get_running_loop()
     inner = CountingTransport()

@@ -134,28 +134,42 @@ class CoalescingTransport(asyncio.Transport):
     it, as the transport's own would. (Measured: docs/performance.md, "The hot routes".)
     """
 
-    __slots__ = ("_loop", "_pending", "_transport")
+    __slots__ = ("_loop", "_pending", "_pending_bytes", "_transport")
+
+    # Past this many bytes pending, a write goes out at once: a large or streamed
+    # response reaches the transport (and its flow control, which pauses the writer when
+    # the socket's buffer is full) as it is written, not at the end of the turn.
+    FLUSH_AT = 64 * 1024
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] | None = None
+        self._pending_bytes = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         pending = self._pending
         if pending is None:
-            self._pending = [bytes(data)]
+            self._pending = pending = [bytes(data)]
+            self._pending_bytes = len(data)
             self._loop.call_soon(self._flush)
         else:
             pending.append(bytes(data))
+            self._pending_bytes += len(data)
+        if self._pending_bytes >= self.FLUSH_AT:
+            self._flush()
 
     def _flush(self) -> None:
         pending = self._pending
         if pending is not None:
             self._pending = None
+            self._pending_bytes = 0
             if not self._transport.is_closing():
                 self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def get_write_buffer_size(self) -> int:
+        return self._pending_bytes + self._transport.get_write_buffer_size()
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
@@ -167,6 +181,7 @@ class CoalescingTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self._pending = None
+        self._pending_bytes = 0
         self._transport.abort()
 
     def write_eof(self) -> None:
@@ -193,11 +208,6 @@ class CoalescingTransport(asyncio.Transport):
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self._transport.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_size(self) -> int:
-        pending = self._pending
-        waiting = sum(len(data) for data in pending) if pending is not None else 0
-        return waiting + self._transport.get_write_buffer_size()
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._transport.get_write_buffer_limits()

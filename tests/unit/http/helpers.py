@@ -68,7 +68,10 @@ async def raw_request(
         "raw_path": path.encode(),
         "root_path": "",
         "query_string": query,
-        "headers": [(b"host", b"testserver"), *headers],
+        "headers": [
+            *([] if any(name == b"host" for name, _ in headers) else [(b"host", b"testserver")]),
+            *headers,
+        ],
         "client": ("127.0.0.1", 1234),
         "server": ("testserver", 80),
     }

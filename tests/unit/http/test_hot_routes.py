@@ -271,6 +271,12 @@ ACK = f"/{MISSING}/acknowledge"
         ("/dequeue", {"headers": [(b"retsu-consumer", b"a")] * 2}, 400, False),
         (ACK, _json(b"{}"), 400, False),
         (ACK.replace("-", ""), _json(b'{"receipt_handle": "x"}'), 400, False),
+        # A Host header Litestar's router refuses: its answer, not the hot path's.
+        ("", _json(b"{" + X + b"}", (b"host", b"bad host")), 400, False),
+        ("/dequeue", _json(b"{}", (b"host", b"a\x7fb")), 400, False),
+        (ACK, _json(b'{"receipt_handle": "x"}', (b"host", b"<x>")), 400, False),
+        ("", _json(b"{" + X + b"}", (b"host", b"retsu.example:2424")), 201, True),
+        ("", _json(b"{" + X + b"}", (b"host", b"[::1]:2424")), 201, True),
         # The common shape: a body in two chunks, upper-case hex digits.
         ("", {"headers": [JSON], "chunks": [b'{"payload": "x", ', b"}"]}, 400, False),
         ("", {"headers": [JSON], "chunks": [b"{" + X, b"}"]}, 201, True),

@@ -86,6 +86,10 @@ _CONTENT_TYPE: Final = b"content-type"
 _CONTENT_LENGTH: Final = b"content-length"
 _IDEMPOTENCY_KEY: Final = b"idempotency-key"
 _CONSUMER: Final = b"retsu-consumer"
+_HOST: Final = b"host"
+# A Host header of other characters goes to Litestar, whose router refuses it (400,
+# "Invalid host header", since 2.x); the set is its own (litestar/_asgi/utils.py).
+_PLAIN_HOST: Final = re.compile(rb"[0-9A-Za-z!$&'()*+,;=\-._~:\[\]@%]*")
 _JSON: Final = (b"content-type", b"application/json")
 
 _ENQUEUE_BODY: Final = StrictBody(MessageBody)
@@ -108,7 +112,15 @@ _HANDED_OVER = (_HandOver, RequestProblem, InvalidInput, RequestEntityTooLarge, 
 class _Request:
     """What one request's headers say, read in one pass."""
 
-    __slots__ = ("consumer", "consumers", "content_type", "idempotent", "length", "types")
+    __slots__ = (
+        "consumer",
+        "consumers",
+        "content_type",
+        "idempotent",
+        "length",
+        "plain_host",
+        "types",
+    )
 
     def __init__(self, scope: Scope) -> None:
         self.content_type: bytes | None = None
@@ -117,6 +129,7 @@ class _Request:
         self.idempotent = False
         self.consumer: bytes | None = None
         self.consumers = 0
+        self.plain_host = True
         for name, value in scope["headers"]:
             if name == _CONTENT_TYPE:
                 self.content_type = value
@@ -128,6 +141,8 @@ class _Request:
             elif name == _CONSUMER:
                 self.consumer = value
                 self.consumers += 1
+            elif name == _HOST:
+                self.plain_host &= _PLAIN_HOST.fullmatch(value) is not None
 
     @property
     def json(self) -> bool:
@@ -179,7 +194,7 @@ class HotRoutes:
         else:
             template = _ENQUEUE_TEMPLATE
             take = request.json and not request.idempotent
-        if not take:
+        if not take or not request.plain_host:
             await self.app(scope, receive, send)
             return
         arrived: list[ReceiveMessage] = []
