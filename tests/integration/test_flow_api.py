@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import assert_database_message_invariants
 from tests.support.processes import RetsuProcess, free_port, retsu_env, run_retsu
 from tests.support.services import PostgresServer
 
@@ -35,7 +36,10 @@ pytestmark = pytest.mark.integration
 async def flow_database(postgres_server: PostgresServer) -> AsyncIterator[str]:
     url = await create_database(postgres_server, migrate=False)
     yield url
-    await drop_database(postgres_server, url)
+    try:
+        await assert_database_message_invariants(url)
+    finally:
+        await drop_database(postgres_server, url)
 
 
 def _start_api(database_url: str, log_path: Path) -> tuple[RetsuProcess, str]:

@@ -43,7 +43,7 @@ from retsu.domain.schedule import (
     scheduled_message_id,
 )
 from tests.conftest import create_database, drop_database
-from tests.support.postgres import PostgresStorage
+from tests.support.postgres import PostgresStorage, assert_database_message_invariants
 from tests.support.processes import RetsuProcess, eventually, free_port, retsu_env
 from tests.support.proxy import PostgresProxy
 from tests.support.services import PostgresServer
@@ -58,7 +58,10 @@ SCHEDULER = ["worker", "run", "queue", "scheduler"]
 async def database(postgres_server: PostgresServer) -> AsyncIterator[str]:
     url = await create_database(postgres_server)
     yield url
-    await drop_database(postgres_server, url)
+    try:
+        await assert_database_message_invariants(url)
+    finally:
+        await drop_database(postgres_server, url)
 
 
 @pytest.fixture

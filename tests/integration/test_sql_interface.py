@@ -35,6 +35,7 @@ from retsu.domain.attempts import RESULT_MAX_LENGTH
 from retsu.domain.idempotency import IDEMPOTENCY_KEY_RETENTION_SECONDS
 from retsu.domain.message import MESSAGE_DELAY, MESSAGE_TTL
 from tests.conftest import create_database, drop_database
+from tests.support.postgres import assert_database_message_invariants
 from tests.support.processes import RetsuProcess, free_port, retsu_env, run_retsu
 from tests.support.services import PostgresServer
 from tests.support.timeshift import shift
@@ -93,7 +94,9 @@ async def roles(
     yield app, outsider
     admin = await asyncpg.connect(libpq_url(postgres_server.admin_url))
     try:
-        # The database may still exist (fixture order): its grants go with it first.
+        # The database may still exist (fixture order): its grants go with it first; what
+        # the module's tests stored there keeps the rules of migration 0017's dropped CHECKs.
+        await assert_database_message_invariants(sql_database)
         await drop_database(postgres_server, sql_database)
         await admin.execute(f"DROP ROLE IF EXISTS {app}")
         await admin.execute(f"DROP ROLE IF EXISTS {outsider}")

@@ -125,11 +125,12 @@ async def buffers_touched(
 
 
 # What migration 0017 dropped as table CHECKs (two columns each, so no domain could hold
-# them): the functions keep both; the PostgreSQL contract suite asserts them after each
-# test on the queues it created.
+# them): the functions keep both. The PostgreSQL contract suite asserts them after each
+# test on the queues it created; the suites that drive the SQL interface, the scheduler
+# and flow control over HTTP assert them on their whole database before dropping it.
 _BROKEN_INVARIANTS = """
 SELECT id, state, receipt_handle, enqueued_at, expires_at FROM queue_message
-WHERE queue_id = ANY ($1::uuid[])
+WHERE ($1::uuid[] IS NULL OR queue_id = ANY ($1::uuid[]))
   AND (expires_at <= enqueued_at OR (state = 2 AND receipt_handle IS NULL))
 LIMIT 5
 """
@@ -142,3 +143,15 @@ async def assert_message_invariants(engine: AsyncEngine, queue_ids: Sequence[Any
         raw = await connection.get_raw_connection()
         broken = await raw.driver_connection.fetch(_BROKEN_INVARIANTS, list(queue_ids))
     assert not broken, f"messages breaking migration 0017's dropped CHECKs: {broken}"
+
+
+async def assert_database_message_invariants(database_url: str) -> None:
+    """The same for every message of the database at ``database_url`` (nothing to check
+    where no migration ever ran)."""
+    connection = await asyncpg.connect(plain_url(database_url))
+    try:
+        if await connection.fetchval("SELECT to_regclass('queue_message') IS NOT NULL"):
+            broken = await connection.fetch(_BROKEN_INVARIANTS, None)
+            assert not broken, f"messages breaking migration 0017's dropped CHECKs: {broken}"
+    finally:
+        await connection.close()
