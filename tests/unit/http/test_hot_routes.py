@@ -20,6 +20,7 @@ import pytest
 from dependency_injector import providers
 from litestar import Litestar
 
+from retsu.adapters.http.auth import ADMIN, MESSAGES, READ, ApiToken, AuthConfig
 from retsu.adapters.http.hot_routes import HotRoutes
 from retsu.adapters.memory.clock import ManualClock
 from retsu.adapters.memory.storage import MemoryStorage
@@ -44,11 +45,11 @@ class CountingIds:
         return [self.new_id() for _ in range(count)]
 
 
-def _app() -> Litestar:
+def _app(auth: AuthConfig | None = None) -> Litestar:
     clock = ManualClock()
     container = api_container(clock=clock, storage=MemoryStorage(clock))
     container.core.ids.override(providers.Object(CountingIds()))
-    return container.app()
+    return container.app() if auth is None else container.app(auth=auth)
 
 
 def _hot(app: Litestar) -> HotRoutes:
@@ -98,9 +99,9 @@ def _body(value: object) -> list[bytes]:
 class Pair:
     """The same requests to both apps; the first one's hot path, the second's handler."""
 
-    def __init__(self) -> None:
-        self.hot_app = _app()
-        self.plain_app = _app()
+    def __init__(self, auth: AuthConfig | None = None) -> None:
+        self.hot_app = _app(auth)
+        self.plain_app = _app(auth)
         self.spy = _Spy(_hot(self.hot_app).app)
         _hot(self.hot_app).app = self.spy
         _bypass(self.plain_app)
@@ -307,3 +308,84 @@ async def test_other_methods_and_paths_are_litestars(pair: Pair) -> None:
         ("POST", f"/v1/queues/{q}/messages/{MISSING}/visibility"),
     ):
         await pair.both(method, path, taken=False, headers=[JSON], chunks=[b"{}"])
+
+
+def _bearer(secret: bytes) -> tuple[bytes, bytes]:
+    return (b"authorization", b"Bearer " + secret)
+
+
+async def test_with_auth_each_token_is_answered_as_the_handlers_do() -> None:
+    """Auth runs before the hot path; a token without the consumer scope is refused by
+    Litestar's guard (handed over), one with it is answered by the hot path."""
+    tokens = (
+        ApiToken(name="ops", secret="adm-1a2b3c4d5e6f", scopes=frozenset({ADMIN})),
+        ApiToken(name="worker", secret="msg-6f5e4d3c2b1a", scopes=frozenset({MESSAGES})),
+        ApiToken(name="on-call", secret="read-0a9b8c7d6e", scopes=frozenset({READ})),
+    )
+    pair = Pair(AuthConfig(enabled=True, tokens=tokens))
+    admin, worker, reader = (_bearer(t.secret.encode()) for t in tokens)
+    status, queue = await pair.both(
+        "POST", "/v1/queues", taken=False, headers=[JSON, admin], chunks=_body({"name": "q"})
+    )
+    assert status == 201
+    messages = f"/v1/queues/{queue['id']}/messages"
+    one = _body({"payload": "x", "priority": "HIGH"})
+    # No token, a wrong one: the auth layer answers, before either path.
+    assert (await pair.both("POST", messages, taken=None, headers=[JSON], chunks=one))[0] == 401
+    wrong = _bearer(b"msg-not-a-token")
+    assert (await pair.both("POST", messages, taken=None, headers=[JSON, wrong], chunks=one))[
+        0
+    ] == 401
+    # The read scope may not enqueue or dequeue: Litestar's guard, 403.
+    for path, body in ((messages, one), (messages + "/dequeue", [b"{}"])):
+        status, problem = await pair.both(
+            "POST", path, taken=False, headers=[JSON, reader], chunks=body
+        )
+        assert status == 403, problem
+    assert (await pair.both("POST", messages, taken=True, headers=[JSON, worker], chunks=one))[
+        0
+    ] == 201
+    status, delivered = await pair.both("POST", messages + "/dequeue", taken=True, headers=[admin])
+    assert status == 200
+    status, _ = await pair.both(
+        "POST",
+        f"{messages}/{delivered['id']}/acknowledge",
+        taken=True,
+        headers=[JSON, worker],
+        chunks=_body({"receipt_handle": delivered["receipt_handle"]}),
+    )
+    assert status == 204
+
+
+async def test_the_request_metrics_count_hot_answers_under_the_routes_templates(
+    pair: Pair,
+) -> None:
+    q = pair.queue
+    messages = f"/v1/queues/{q}/messages"
+    one = _body({"payload": "x", "priority": "HIGH"})
+    await pair.both("POST", messages, taken=True, headers=[JSON], chunks=one)
+    await pair.both("POST", messages, taken=False, headers=[JSON], chunks=[b"{}"])
+    status, delivered = await pair.both("POST", messages + "/dequeue", taken=True)
+    assert status == 200
+    await pair.both(
+        "POST",
+        f"{messages}/{delivered['id']}/acknowledge",
+        taken=True,
+        headers=[JSON],
+        chunks=_body({"receipt_handle": delivered["receipt_handle"]}),
+    )
+
+    async def counted(app: Litestar) -> list[str]:
+        status, _, body = await raw_request(app, "GET", "/metrics", [], [])
+        assert status == 200
+        return sorted(
+            line
+            for line in body.decode().splitlines()
+            if line.startswith("http_server_requests_total{")
+        )
+
+    hot, plain = await counted(pair.hot_app), await counted(pair.plain_app)
+    assert hot == plain
+    routes = {line.split('route="', 1)[1].split('"', 1)[0] for line in hot}
+    assert "/v1/queues/{queue_id}/messages/{message_id}/acknowledge" in routes
+    assert "/v1/queues/{queue_id}/messages/dequeue" in routes
