@@ -131,7 +131,8 @@ class CoalescingTransport(asyncio.Transport):
     segments that wake the client twice. Here the writes of one turn are joined and sent
     by a callback the loop runs right after it (one ``call_soon``): one system call and one
     segment for a small response. ``close`` sends what is pending first; ``abort`` drops
-    it, as the transport's own would. (Measured: docs/performance.md, "The hot routes".)
+    it, as the transport's own would. (Measured: docs/performance.md, "The enqueue and the
+    HTTP edge".)
     """
 
     __slots__ = ("_loop", "_pending", "_pending_bytes", "_transport")
