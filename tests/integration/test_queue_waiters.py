@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -30,8 +31,9 @@ async def sql(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     await connection.close()
 
 
-@pytest.fixture
-async def signals(database_url: str) -> AsyncIterator[PostgresMessageSignals]:
+@asynccontextmanager
+async def api_process_signals(database_url: str) -> AsyncIterator[PostgresMessageSignals]:
+    """One API process's signals, with this module's short refresh and linger."""
     signals = PostgresMessageSignals(
         database_url,
         application_name=f"retsu-waiters-{uuid.uuid4().hex[:10]}",
@@ -39,8 +41,16 @@ async def signals(database_url: str) -> AsyncIterator[PostgresMessageSignals]:
         waiter_linger_seconds=LINGER,
     )
     await signals.start()
-    yield signals
-    await signals.stop()
+    try:
+        yield signals
+    finally:
+        await signals.stop()
+
+
+@pytest.fixture
+async def signals(database_url: str) -> AsyncIterator[PostgresMessageSignals]:
+    async with api_process_signals(database_url) as signals:
+        yield signals
 
 
 async def new_queue(sql: asyncpg.Connection) -> uuid.UUID:
@@ -174,15 +184,8 @@ async def test_a_deleted_queue_takes_its_rows_and_a_missing_one_is_no_error(
 @pytest.fixture
 async def other(database_url: str) -> AsyncIterator[PostgresMessageSignals]:
     """A second API process's signals."""
-    signals = PostgresMessageSignals(
-        database_url,
-        application_name=f"retsu-waiters-{uuid.uuid4().hex[:10]}",
-        waiter_refresh_seconds=REFRESH,
-        waiter_linger_seconds=LINGER,
-    )
-    await signals.start()
-    yield signals
-    await signals.stop()
+    async with api_process_signals(database_url) as signals:
+        yield signals
 
 
 @pytest.fixture
