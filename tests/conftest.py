@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import asyncpg
 import pytest
@@ -95,19 +95,25 @@ def _drop_template(server: PostgresServer) -> None:
     thread.join()
 
 
-async def create_database(server: PostgresServer, *, migrate: bool = True) -> str:
+async def create_database(
+    server: PostgresServer, *, migrate: bool = True, settings: Mapping[str, str] | None = None
+) -> str:
     """A new database of this session's own: migrated to head (a copy of a database
-    migrated once) unless ``migrate=False``, which leaves it empty."""
+    migrated once) unless ``migrate=False``, which leaves it empty. ``settings``: defaults
+    every session of the database starts with (``ALTER DATABASE … SET``)."""
     name = new_database_name()
     if not migrate:
         await _execute(server.admin_url, f'CREATE DATABASE "{name}"')
-        return server.url_for(name)
-    template = await _migrated_template(server)
-    await _execute(server.admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    else:
+        template = await _migrated_template(server)
+        await _execute(server.admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    for setting, value in (settings or {}).items():
+        await _execute(server.admin_url, f"ALTER DATABASE \"{name}\" SET {setting} = '{value}'")
     url = server.url_for(name)
-    # The one random value migration 0003 stores: each database gets its own, as
-    # `retsu migrate` would have made it.
-    await _execute(url, _NEW_CURSOR_KEY)
+    if migrate:
+        # The one random value migration 0003 stores: each database gets its own, as
+        # `retsu migrate` would have made it.
+        await _execute(url, _NEW_CURSOR_KEY)
     return url
 
 

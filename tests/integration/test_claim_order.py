@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,14 +20,13 @@ import tests.integration.test_postgres_repository_contract as contract
 from retsu.adapters.postgres.engine import create_engine
 from tests.conftest import create_database, drop_database
 from tests.support.services import PostgresServer
-from tests.support.timeshift import plain_url
 
 pytestmark = pytest.mark.integration
 
-PLANS = {
-    "as-chosen": "",
-    "no-nested-loop": "SET enable_nestloop = off",
-    "no-hash-or-merge": "SET enable_hashjoin = off; SET enable_mergejoin = off",
+PLANS: dict[str, dict[str, str]] = {
+    "as-chosen": {},
+    "no-nested-loop": {"enable_nestloop": "off"},
+    "no-hash-or-merge": {"enable_hashjoin": "off", "enable_mergejoin": "off"},
 }
 
 
@@ -36,14 +34,7 @@ PLANS = {
 async def engine(
     request: pytest.FixtureRequest, postgres_server: PostgresServer
 ) -> AsyncIterator[AsyncEngine]:
-    url = await create_database(postgres_server)
-    name = url.rsplit("/", 1)[1].split("?", 1)[0]
-    admin = await asyncpg.connect(plain_url(postgres_server.admin_url))
-    try:
-        for setting in filter(None, PLANS[request.param].split("; ")):
-            await admin.execute(f'ALTER DATABASE "{name}" {setting}')
-    finally:
-        await admin.close()
+    url = await create_database(postgres_server, settings=PLANS[request.param])
     engine = create_engine(url, max_connections=4)
     # Statistics as a working database has them (a migrated, analysed one).
     async with engine.connect() as connection:

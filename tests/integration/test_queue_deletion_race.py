@@ -36,15 +36,9 @@ SELECT * FROM retsu_enqueue($1::uuid, ARRAY[$2::uuid], ARRAY['x'::text], ARRAY[1
 
 @pytest.fixture
 async def strict_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
-    url = await create_database(postgres_server)
-    name = url.rsplit("/", 1)[1].split("?", 1)[0]
-    admin = await asyncpg.connect(plain_url(postgres_server.admin_url))
-    try:
-        await admin.execute(
-            f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'repeatable read'"
-        )
-    finally:
-        await admin.close()
+    url = await create_database(
+        postgres_server, settings={"default_transaction_isolation": "repeatable read"}
+    )
     yield url
     await drop_database(postgres_server, url)
 
